@@ -1,0 +1,36 @@
+#pragma once
+// A deliberately small command-line parser: one command word, then --flags and --option VALUE
+// (or --option=VALUE). Anything not declared by the command is a usage error naming it.
+
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace torchbridge::cli {
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct CommandSpec {
+  std::set<std::string> flags;    // e.g. "--json"
+  std::set<std::string> options;  // e.g. "--backend" (takes a value)
+};
+
+struct ParsedArguments {
+  std::set<std::string> flags;
+  std::map<std::string, std::string> options;
+  bool has(const std::string& flag) const { return flags.count(flag) > 0; }
+  const std::string* option(const std::string& name) const {
+    const auto it = options.find(name);
+    return it == options.end() ? nullptr : &it->second;
+  }
+};
+
+// Parses the arguments after the command word. "--help" is always accepted as a flag.
+ParsedArguments parse_arguments(const std::string& command, const std::vector<std::string>& args,
+                                const CommandSpec& spec);
+
+}  // namespace torchbridge::cli

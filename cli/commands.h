@@ -1,0 +1,12 @@
+#pragma once
+// Each `torchbridge` subcommand: takes the arguments after its name, returns the exit code.
+
+#include <string>
+#include <vector>
+
+namespace torchbridge::cli {
+
+int run_info(const std::vector<std::string>& args);
+int run_doctor(const std::vector<std::string>& args);
+
+}  // namespace torchbridge::cli

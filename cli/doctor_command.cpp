@@ -1,0 +1,182 @@
+// `torchbridge doctor`: is this installation healthy? Torch build configuration, the library's
+// own load, a real round-trip check of every device, and the environment overrides in effect.
+// Exit code: 0 healthy, 1 at least one failure, 2 warnings only.
+#include "arguments.h"
+#include "commands.h"
+#include "text_format.h"
+
+#include <torchbridge/health.h>
+#include <torchbridge/registry.h>
+#include <torchbridge/version.h>
+
+#include <ATen/Version.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/detail/MPSHooksInterface.h>
+#include <ATen/detail/XPUHooksInterface.h>
+#include <torch/version.h>
+
+#include <nlohmann/json.hpp>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <iostream>
+
+namespace torchbridge::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: torchbridge doctor [--json]
+
+Checks this installation: torch's build configuration, that libtorchbridge and libtorch load
+and match, a real health check of every available device (allocate, copy a known pattern there
+and back, compare, synchronize; timed), and the environment variables that change behaviour.
+
+Exit code: 0 healthy, 1 at least one check failed, 2 warnings only.
+  --json   machine-readable output (schema: docs/cli-json.md)
+)";
+
+enum class Outcome { kOk, kWarning, kFailure };
+const char* outcome_name(Outcome o) {
+  return o == Outcome::kOk ? "ok" : o == Outcome::kWarning ? "warning" : "failure";
+}
+
+struct Check {
+  std::string name;
+  Outcome outcome;
+  std::string detail;
+  std::optional<double> duration_ms;
+};
+
+std::string shared_object_of(const void* address) {
+  Dl_info info{};
+  if (dladdr(address, &info) != 0 && info.dli_fname != nullptr) return info.dli_fname;
+  return "";
+}
+
+// Variables that change which devices exist or how TorchBridge and torch behave.
+const char* const kEnvironmentOverrides[] = {
+    "TORCHBRIDGE_BACKEND",     "TORCHBRIDGE_LOG_LEVEL",  "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+    "HIP_VISIBLE_DEVICES",     "ROCR_VISIBLE_DEVICES",   "ZE_AFFINITY_MASK",     "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ENABLE_MPS_FALLBACK", "OMP_NUM_THREADS",    "MKL_NUM_THREADS"};
+
+std::vector<Check> library_checks() {
+  std::vector<Check> checks;
+  const std::string library = shared_object_of(reinterpret_cast<const void*>(&library_version));
+  const std::string torch_library = shared_object_of(reinterpret_cast<const void*>(&at::show_config));
+  const bool versions_match = std::string(library_version()) == TORCHBRIDGE_VERSION_STRING;
+  checks.push_back({"libtorchbridge load", versions_match ? Outcome::kOk : Outcome::kFailure,
+                    (library.empty() ? std::string("(path unknown)") : library) + " version " +
+                        library_version() +
+                        (versions_match ? "" : std::string(" does not match this tool's ") +
+                                                   TORCHBRIDGE_VERSION_STRING),
+                    std::nullopt});
+  checks.push_back({"libtorch load", torch_library.empty() ? Outcome::kFailure : Outcome::kOk,
+                    torch_library.empty() ? "libtorch symbols not found" : torch_library, std::nullopt});
+  return checks;
+}
+
+std::vector<Check> backend_checks() {
+  std::vector<Check> checks;
+  const BackendRegistry& registry = BackendRegistry::instance();
+  try {
+    checks.push_back({"best backend", Outcome::kOk, registry.detect_best_backend(), std::nullopt});
+  } catch (const std::exception& e) {
+    checks.push_back({"best backend", Outcome::kFailure, first_line(e.what()), std::nullopt});
+  }
+  for (const auto& entry : registry.entries()) {
+    const Availability a = entry.backend->availability();
+    if (a.status == AvailabilityStatus::kDriverError) {
+      // Compiled in but broken: the user likely expects this accelerator to work.
+      checks.push_back({entry.name + " driver", Outcome::kWarning, a.reason, std::nullopt});
+    }
+    for (int i = 0; i < entry.backend->device_count(); ++i) {
+      const HealthCheckResult r = run_health_check(*entry.backend, i);
+      checks.push_back({entry.name + ":" + std::to_string(i) + " health",
+                        r.passed ? Outcome::kOk : Outcome::kFailure, r.detail, r.duration_ms});
+    }
+  }
+  return checks;
+}
+
+std::vector<Check> environment_checks(nlohmann::json& overrides) {
+  std::vector<Check> checks;
+  overrides = nlohmann::json::object();
+  for (const char* name : kEnvironmentOverrides) {
+    if (const char* value = std::getenv(name)) overrides[name] = value;
+  }
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+      visible != nullptr && (std::string(visible).empty() || std::string(visible) == "-1")) {
+    checks.push_back({"CUDA_VISIBLE_DEVICES", Outcome::kWarning,
+                      std::string("set to '") + visible + "', which hides every NVIDIA GPU", std::nullopt});
+  }
+  return checks;
+}
+
+}  // namespace
+
+int run_doctor(const std::vector<std::string>& args) {
+  const ParsedArguments parsed = parse_arguments("doctor", args, {{"--json"}, {}});
+  if (parsed.has("--help")) {
+    std::cout << kHelp;
+    return 0;
+  }
+  const auto& cuda = at::detail::getCUDAHooks();
+  const bool cuda_built = cuda.isBuilt() && !cuda.hasROCM();
+  const bool rocm_built = cuda.isBuilt() && cuda.hasROCM();
+  const bool xpu_built = at::detail::getXPUHooks().isBuilt();
+  const bool mps_built = at::detail::getMPSHooks().isBuilt();
+  const bool cxx11_abi = _GLIBCXX_USE_CXX11_ABI == 1;
+
+  std::vector<Check> checks = library_checks();
+  for (auto& c : backend_checks()) checks.push_back(std::move(c));
+  nlohmann::json overrides;
+  for (auto& c : environment_checks(overrides)) checks.push_back(std::move(c));
+
+  Outcome overall = Outcome::kOk;
+  for (const auto& c : checks) overall = std::max(overall, c.outcome);
+  const int exit_code = overall == Outcome::kOk ? 0 : overall == Outcome::kFailure ? 1 : 2;
+
+  if (parsed.has("--json")) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& c : checks) {
+      list.push_back({{"name", c.name},
+                      {"outcome", outcome_name(c.outcome)},
+                      {"detail", c.detail},
+                      {"duration_ms", c.duration_ms ? nlohmann::json(*c.duration_ms) : nlohmann::json(nullptr)}});
+    }
+    const nlohmann::json out = {
+        {"schema_version", 1},
+        {"torchbridge_version", library_version()},
+        {"torch",
+         {{"version", TORCH_VERSION},
+          {"compiled", {{"cuda", cuda_built}, {"rocm", rocm_built}, {"xpu", xpu_built}, {"mps", mps_built}}},
+          {"cuda_runtime_version", cuda_built ? nlohmann::json(cuda.versionCUDART()) : nlohmann::json(nullptr)},
+          {"cxx11_abi", cxx11_abi},
+          {"build_config", at::show_config()}}},
+        {"environment_overrides", overrides},
+        {"checks", list},
+        {"outcome", outcome_name(overall)},
+        {"exit_code", exit_code}};
+    std::cout << out.dump(2) << "\n";
+    return exit_code;
+  }
+
+  std::cout << "TorchBridge " << library_version() << " doctor\n\n"
+            << "torch " << TORCH_VERSION << ": CUDA " << yes_no(cuda_built) << ", ROCm " << yes_no(rocm_built)
+            << ", XPU " << yes_no(xpu_built) << ", MPS " << yes_no(mps_built) << "; C++ ABI "
+            << (cxx11_abi ? "cxx11" : "pre-cxx11") << "\n";
+  std::cout << "environment overrides: " << (overrides.empty() ? "none" : overrides.dump()) << "\n\n";
+  for (const auto& c : checks) {
+    std::string timing;
+    if (c.duration_ms) {
+      char buffer[32];
+      std::snprintf(buffer, sizeof(buffer), " (%.2f ms)", *c.duration_ms);
+      timing = buffer;
+    }
+    std::cout << column(outcome_name(c.outcome), 9) << column(c.name, 24) << c.detail << timing << "\n";
+  }
+  std::cout << "\nresult: " << outcome_name(overall) << "\n";
+  return exit_code;
+}
+
+}  // namespace torchbridge::cli

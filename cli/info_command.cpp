@@ -1,0 +1,166 @@
+// `torchbridge info`: every backend, available or not and why, and every device's description
+// and memory statistics.
+#include "arguments.h"
+#include "commands.h"
+#include "json_report.h"
+#include "text_format.h"
+
+#include <torchbridge/registry.h>
+#include <torchbridge/version.h>
+
+#include <torch/version.h>
+
+#include <iostream>
+
+namespace torchbridge::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: torchbridge info [--json] [--backend NAME]
+
+Lists every backend TorchBridge knows, whether it is available here and why not, and for each
+device its description (DeviceInfo) and memory statistics (MemoryStats).
+
+  --backend NAME   only this backend (a name or alias, e.g. cuda, nvidia, rocm, cpu)
+  --json           machine-readable output (schema: docs/cli-json.md)
+)";
+
+struct DeviceReport {
+  std::optional<DeviceInfo> info;
+  std::optional<MemoryStats> memory;
+  std::string error;
+};
+
+DeviceReport describe_device(Backend& backend, int index) {
+  DeviceReport report;
+  try {
+    report.info = backend.info(index);
+    report.memory = backend.memory_stats(index);
+  } catch (const std::exception& e) {
+    report.error = first_line(e.what());
+  }
+  return report;
+}
+
+nlohmann::json backend_json(const BackendEntry& entry) {
+  Backend& backend = *entry.backend;
+  const Availability availability = backend.availability();
+  nlohmann::json devices = nlohmann::json::array();
+  for (int i = 0; i < backend.device_count(); ++i) {
+    const DeviceReport report = describe_device(backend, i);
+    devices.push_back({{"index", i},
+                       {"info", report.info ? to_json(*report.info) : nlohmann::json(nullptr)},
+                       {"memory", report.memory ? to_json(*report.memory) : nlohmann::json(nullptr)},
+                       {"error", report.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.error)}});
+  }
+  return {{"name", entry.name},
+          {"aliases", entry.aliases},
+          {"device_type", c10::DeviceTypeName(backend.device_type(), true)},
+          {"available", availability.available()},
+          {"status", to_string(availability.status)},
+          {"reason", availability.reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(availability.reason)},
+          {"is_real_hardware", backend.is_real_hardware()},
+          {"device_count", backend.device_count()},
+          {"devices", devices}};
+}
+
+void print_device(const std::string& backend_name, int index, const DeviceReport& report) {
+  std::cout << "\n" << backend_name << ":" << index;
+  if (!report.error.empty()) {
+    std::cout << "  error: " << report.error << "\n";
+    return;
+  }
+  const DeviceInfo& info = *report.info;
+  std::cout << "  " << (info.name.empty() ? "(name not reported)" : info.name);
+  if (!info.vendor.empty()) std::cout << " [" << info.vendor << "]";
+  std::cout << "\n";
+  std::cout << "  architecture   " << (info.architecture.empty() ? "-" : info.architecture);
+  if (info.multiprocessor_count) std::cout << ", " << *info.multiprocessor_count << " multiprocessors/cores";
+  std::cout << "\n";
+  if (info.cpu) {
+    const auto& isa = info.cpu->isa;
+    std::cout << "  cores          " << info.cpu->physical_cores << " physical, " << info.cpu->logical_cores
+              << " logical\n"
+              << "  ISA            avx2 " << yes_no(isa.avx2) << ", avx512f " << yes_no(isa.avx512f)
+              << ", avx512_bf16 " << yes_no(isa.avx512_bf16) << ", amx_bf16 " << yes_no(isa.amx_bf16)
+              << ", avx512_fp16 " << yes_no(isa.avx512_fp16) << ", arm bf16 " << yes_no(isa.arm_bf16) << "\n";
+  }
+  std::cout << "  memory         total " << format_bytes(info.total_memory_bytes) << ", free "
+            << format_bytes(info.free_memory_bytes) << "\n";
+  std::cout << "  driver/runtime " << (info.driver_version.empty() ? "-" : info.driver_version) << " / "
+            << (info.runtime_version.empty() ? "-" : info.runtime_version) << "\n";
+  std::cout << "  dtypes         ";
+  for (size_t i = 0; i < info.supported_dtypes.size(); ++i) {
+    std::cout << (i ? ", " : "") << dtype_name(info.supported_dtypes[i]);
+  }
+  const auto& f = info.features;
+  std::cout << "\n  features       tf32 " << yes_no(f.tf32) << ", bf16 " << yes_no(f.bf16) << ", fp16 "
+            << yes_no(f.fp16) << ", fp8 " << yes_no(f.fp8) << ", flash attention " << yes_no(f.flash_attention)
+            << ", unified memory " << yes_no(f.unified_memory) << "\n";
+  const MemoryStats& m = *report.memory;
+  std::cout << "  memory stats   allocated " << format_bytes(m.allocated_bytes) << " (peak "
+            << format_bytes(m.peak_allocated_bytes) << "), reserved " << format_bytes(m.reserved_bytes)
+            << " (peak " << format_bytes(m.peak_reserved_bytes) << "), active " << format_bytes(m.active_bytes)
+            << "\n                 allocations "
+            << (m.allocation_count ? std::to_string(*m.allocation_count) : "-") << ", OOMs "
+            << (m.out_of_memory_count ? std::to_string(*m.out_of_memory_count) : "-") << "\n"
+            << "  stats source   " << m.source << "\n";
+}
+
+}  // namespace
+
+int run_info(const std::vector<std::string>& args) {
+  const ParsedArguments parsed = parse_arguments("info", args, {{"--json"}, {"--backend"}});
+  if (parsed.has("--help")) {
+    std::cout << kHelp;
+    return 0;
+  }
+  const BackendRegistry& registry = BackendRegistry::instance();
+  std::vector<BackendEntry> selected;
+  if (const std::string* wanted = parsed.option("--backend")) {
+    const auto backend = registry.lookup(*wanted);  // raises for unknown names
+    for (const auto& entry : registry.entries()) {
+      if (entry.backend == backend) selected.push_back(entry);
+    }
+  } else {
+    selected = registry.entries();
+  }
+
+  std::optional<std::string> best;
+  std::string best_error;
+  try {
+    best = registry.detect_best_backend();
+  } catch (const std::exception& e) {
+    best_error = first_line(e.what());
+  }
+
+  if (parsed.has("--json")) {
+    nlohmann::json backends = nlohmann::json::array();
+    for (const auto& entry : selected) backends.push_back(backend_json(entry));
+    const nlohmann::json out = {
+        {"schema_version", 1},
+        {"torchbridge_version", library_version()},
+        {"torch_version", TORCH_VERSION},
+        {"best_backend", best ? nlohmann::json(*best) : nlohmann::json(nullptr)},
+        {"best_backend_error", best_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(best_error)},
+        {"backends", backends}};
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+
+  std::cout << "TorchBridge " << library_version() << " on torch " << TORCH_VERSION << "\n";
+  std::cout << "best backend: " << (best ? *best : "none (" + best_error + ")") << "\n\n";
+  std::cout << column("BACKEND", 15) << column("STATUS", 16) << column("DEVICES", 9) << "REASON\n";
+  for (const auto& entry : selected) {
+    const Availability a = entry.backend->availability();
+    std::cout << column(entry.name, 15) << column(to_string(a.status), 16)
+              << column(std::to_string(entry.backend->device_count()), 9) << a.reason << "\n";
+  }
+  for (const auto& entry : selected) {
+    for (int i = 0; i < entry.backend->device_count(); ++i) {
+      print_device(entry.name, i, describe_device(*entry.backend, i));
+    }
+  }
+  return 0;
+}
+
+}  // namespace torchbridge::cli

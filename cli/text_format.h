@@ -1,0 +1,18 @@
+#pragma once
+// Helpers for the CLI's human-readable output.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace torchbridge::cli {
+
+// "23.4 GiB", "512 B"; "-" when unknown.
+std::string format_bytes(std::optional<int64_t> bytes);
+std::string yes_no(bool value);
+// Pads or cuts `text` to exactly `width` columns.
+std::string column(const std::string& text, size_t width);
+// The first line of an error message (c10 errors append a C++ backtrace after it).
+std::string first_line(const std::string& message);
+
+}  // namespace torchbridge::cli

@@ -1,0 +1,10 @@
+#pragma once
+// Umbrella header for the TorchBridge backend layer.
+
+#include <torchbridge/backend.h>
+#include <torchbridge/device_info.h>
+#include <torchbridge/health.h>
+#include <torchbridge/memory_stats.h>
+#include <torchbridge/privateuse1.h>
+#include <torchbridge/registry.h>
+#include <torchbridge/version.h>

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One idempotent set-up path behind both README commands:
+#   Debian packages -> .venv with the pinned Python packages -> CMake configure (Ninja, ccache) -> build.
+# Each step is skipped when it is already satisfied, so re-running costs seconds.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# ---- 1. Debian packages -------------------------------------------------------------------------
+DEBIAN_PACKAGES=(cmake ninja-build ccache g++ pkg-config libgtest-dev nlohmann-json3-dev)
+missing=()
+for pkg in "${DEBIAN_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+# Debian's own python3 needs python3-venv for `python3 -m venv`; other Pythons carry venv themselves.
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then missing+=(python3-venv); fi
+if ((${#missing[@]})); then
+  SUDO=""
+  if [[ "$(id -u)" != 0 ]]; then SUDO="sudo"; fi
+  log "installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# ---- 2. Python virtual environment --------------------------------------------------------------
+PY="$ROOT/.venv/bin/python"
+if [[ ! -x "$PY" ]]; then
+  log "creating .venv"
+  python3 -m venv "$ROOT/.venv"
+fi
+# Reinstall only when the requirements changed since the last successful install.
+req_hash="$(sha256sum requirements-dev.txt | cut -d' ' -f1)"
+stamp="$ROOT/.venv/.torchbridge-requirements"
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$req_hash" ]]; then
+  log "installing Python packages from requirements-dev.txt"
+  "$PY" -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+  echo "$req_hash" >"$stamp"
+fi
+
+# ---- 3. Configure and build ---------------------------------------------------------------------
+TORCH_PREFIX="$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
+if [[ ! -f build/build.ninja ]]; then
+  log "configuring build/ (Ninja, ccache)"
+  cmake -S . -B build -G Ninja \
+    -DCMAKE_BUILD_TYPE="${TORCHBRIDGE_BUILD_TYPE:-Release}" \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+    -DPython3_EXECUTABLE="$PY" >/dev/null
+fi
+log "building (this takes a few minutes on a clean 2-core machine; ccache makes rebuilds fast)"
+cmake --build build -j "${TORCHBRIDGE_JOBS:-2}"

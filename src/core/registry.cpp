@@ -1,0 +1,128 @@
+#include <torchbridge/registry.h>
+
+#include "backends/adapters.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
+namespace torchbridge {
+namespace {
+
+std::string to_lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+constexpr int kPrivateUse1Priority = 10;
+
+}  // namespace
+
+BackendRegistry& BackendRegistry::instance() {
+  static BackendRegistry registry;
+  return registry;
+}
+
+BackendRegistry::BackendRegistry() {
+  // Detection priority, best first: cuda > rocm > xpu > mps > tpu > PrivateUse1 hardware > cpu.
+  builtin_ = {
+      {"cuda", {"nvidia"}, 60, adapters::make_cuda_backend()},
+      {"rocm", {"hip", "amd"}, 50, adapters::make_rocm_backend()},
+      {"xpu", {"intel"}, 40, adapters::make_xpu_backend()},
+      {"mps", {"apple"}, 30, adapters::make_mps_backend()},
+      {"tpu", {"xla"}, 20, adapters::make_tpu_backend()},
+      {"privateuseone", {"privateuse1"}, kPrivateUse1Priority, adapters::make_privateuse1_backend()},
+      {"cpu", {}, 0, adapters::make_cpu_backend()},
+  };
+}
+
+std::vector<BackendEntry> BackendRegistry::entries() const {
+  std::vector<BackendEntry> out = builtin_;
+  for (auto& entry : out) {
+    if (entry.priority != kPrivateUse1Priority) continue;
+    // Once a plugin renamed PrivateUse1, its name is the canonical one.
+    const std::string registered = entry.backend->name();
+    if (registered != entry.name) {
+      entry.aliases.push_back(entry.name);
+      entry.name = registered;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> BackendRegistry::valid_names() const {
+  std::vector<std::string> names;
+  for (const auto& entry : entries()) {
+    names.push_back(entry.name);
+    names.insert(names.end(), entry.aliases.begin(), entry.aliases.end());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::shared_ptr<Backend> BackendRegistry::lookup(const std::string& name) const {
+  const std::string wanted = to_lower(name);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (const auto& entry : entries()) {
+      if (entry.name == wanted ||
+          std::find(entry.aliases.begin(), entry.aliases.end(), wanted) != entry.aliases.end()) {
+        return entry.backend;
+      }
+    }
+    // An unknown name may be an SDK device that can be loaded on demand.
+    if (attempt == 0 && !(resolver_ && !wanted.empty() && resolver_(wanted))) break;
+  }
+  const bool looks_like_device = name.find(':') != std::string::npos;
+  TORCH_CHECK_VALUE(false, "unknown backend '", name, "'; valid names: ", join(valid_names()),
+                    looks_like_device ? " (a backend name carries no device index: pass the "
+                                        "backend name and select the device by index)"
+                                      : "");
+}
+
+std::shared_ptr<Backend> BackendRegistry::create(const std::string& name) const {
+  auto backend = lookup(name);
+  const Availability availability = backend->availability();
+  TORCH_CHECK(availability.available(), "backend '", backend->name(), "' is not available: ",
+              availability.reason);
+  return backend;
+}
+
+std::string BackendRegistry::detect_best_backend() const {
+  if (const char* forced = std::getenv(kBackendEnvVar); forced != nullptr && *forced != '\0') {
+    std::shared_ptr<Backend> backend;
+    try {
+      backend = lookup(forced);
+    } catch (const c10::Error& error) {
+      TORCH_CHECK_VALUE(false, kBackendEnvVar, "='", forced, "' is not a backend name: ",
+                        error.msg());
+    }
+    const Availability availability = backend->availability();
+    TORCH_CHECK(availability.available(), kBackendEnvVar, "='", forced, "' names backend '",
+                backend->name(), "', which is not available: ", availability.reason);
+    return backend->name();
+  }
+  for (const auto& entry : entries()) {
+    const bool preferable = entry.name == "cpu" || entry.backend->is_real_hardware();
+    if (preferable && entry.backend->is_available()) return entry.name;
+  }
+  TORCH_CHECK(false, "no backend is available, not even the CPU");
+}
+
+void BackendRegistry::set_name_resolver(NameResolver resolver) { resolver_ = std::move(resolver); }
+
+std::shared_ptr<Backend> create_backend(const std::string& name) {
+  return BackendRegistry::instance().create(name);
+}
+
+std::string detect_best_backend() { return BackendRegistry::instance().detect_best_backend(); }
+
+}  // namespace torchbridge
