@@ -56,7 +56,7 @@ class Backend {
   // Number of devices this process can use; 0 when unavailable.
   virtual int device_count() const = 0;
   // The torch device for `index`; raises when the backend is unavailable or the index is out of range.
-  c10::Device device(int index = 0) const;
+  virtual c10::Device device(int index = 0) const;
 
   virtual DeviceInfo info(int index = 0) const = 0;
   virtual MemoryStats memory_stats(int index = 0) const = 0;
@@ -75,6 +75,8 @@ class Backend {
   void prepare_model(torch::nn::Module& module, OptLevel level = OptLevel::O0, int index = 0) const;
 
  protected:
+  // Raises with the reason unless the backend is available.
+  void check_available() const;
   // Raises unless the backend is available and 0 <= index < device_count().
   void check_device_index(int index) const;
 };

@@ -17,6 +17,11 @@ class CpuBackend final : public Backend {
   Availability availability() const override { return {AvailabilityStatus::kAvailable, ""}; }
   bool is_real_hardware() const override { return true; }
   int device_count() const override { return 1; }
+  // Torch names the host "cpu", without an index; index 0 is the only valid one.
+  c10::Device device(int index) const override {
+    check_device_index(index);
+    return c10::Device(c10::kCPU);
+  }
 
   DeviceInfo info(int index) const override {
     check_device_index(index);

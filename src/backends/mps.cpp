@@ -63,7 +63,10 @@ class MpsBackend final : public AcceleratorBackend {
                        "(torch's MPS allocator does not track peaks)");
   }
 
-  void empty_cache() override { at::detail::getMPSHooks().emptyCache(); }
+  void empty_cache() override {
+    check_available();
+    at::detail::getMPSHooks().emptyCache();
+  }
 
   void synchronize(int index) override {
     check_device_index(index);

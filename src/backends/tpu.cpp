@@ -21,12 +21,12 @@ class TpuBackend final : public Backend {
   DeviceInfo info(int index) const override { check_device_index(index); return {}; }
   MemoryStats memory_stats(int index) const override { check_device_index(index); return {}; }
   void reset_peak_memory_stats(int index) override { check_device_index(index); }
-  void empty_cache() override { check_device_index(0); }
+  void empty_cache() override { check_available(); }
   void synchronize(int index) override { check_device_index(index); }
   c10::Stream current_stream(int index) const override { return c10::Stream(c10::Stream::DEFAULT, device(index)); }
   c10::Stream new_stream(int index) const override { return c10::Stream(c10::Stream::DEFAULT, device(index)); }
   c10::Event new_event(bool) const override {
-    check_device_index(0);
+    check_available();
     return c10::Event(c10::DeviceType::XLA);
   }
 };

@@ -59,7 +59,7 @@ void AcceleratorBackend::reset_peak_memory_stats(int index) {
 }
 
 void AcceleratorBackend::empty_cache() {
-  TORCH_CHECK(is_available(), "backend '", name(), "' is not available: ", availability().reason);
+  check_available();
   allocator().emptyCache();
 }
 
@@ -77,7 +77,7 @@ c10::Stream AcceleratorBackend::new_stream(int index) const {
 }
 
 c10::Event AcceleratorBackend::new_event(bool enable_timing) const {
-  TORCH_CHECK(is_available(), "backend '", name(), "' is not available: ", availability().reason);
+  check_available();
   return c10::Event(device_type(), enable_timing ? c10::EventFlag::BACKEND_DEFAULT
                                                  : c10::EventFlag::PYTORCH_DEFAULT);
 }

@@ -41,10 +41,14 @@ std::string to_string(AvailabilityStatus status) {
   TORCH_CHECK(false, "invalid AvailabilityStatus value ", static_cast<int>(status));
 }
 
-void Backend::check_device_index(int index) const {
+void Backend::check_available() const {
   const Availability availability = this->availability();
   TORCH_CHECK(availability.available(), "backend '", name(), "' is not available: ",
               availability.reason);
+}
+
+void Backend::check_device_index(int index) const {
+  check_available();
   const int count = device_count();
   TORCH_CHECK_INDEX(index >= 0 && index < count, "device index ", index,
                     " is out of range for backend '", name(), "', which has ", count,

@@ -1,0 +1,162 @@
+// Runs the built `torchbridge` binary and checks its exit codes, JSON and error messages.
+#include <torchbridge/registry.h>
+#include <torchbridge/version.h>
+
+#include <ATen/detail/CUDAHooksInterface.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace torchbridge {
+namespace {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs the CLI with `args` under `env_prefix` (e.g. "TORCHBRIDGE_BACKEND=x"), capturing both streams.
+CommandResult run_cli(const std::string& args, const std::string& env_prefix = "") {
+  char err_path[] = "/tmp/torchbridge-cli-stderr-XXXXXX";
+  const int fd = mkstemp(err_path);
+  close(fd);
+  const std::string command = "env -u TORCHBRIDGE_BACKEND " + env_prefix + " " + TORCHBRIDGE_CLI_PATH +
+                              " " + args + " 2>" + err_path;
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  std::array<char, 4096> buffer{};
+  size_t n = 0;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_path);
+  std::stringstream ss;
+  ss << err.rdbuf();
+  result.err = ss.str();
+  unlink(err_path);
+  return result;
+}
+
+TEST(Cli, InfoJsonListsEveryBackendWithItsStatus) {
+  const CommandResult r = run_cli("info --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto json = nlohmann::json::parse(r.out);
+  EXPECT_EQ(json["schema_version"], 1);
+  EXPECT_EQ(json["torchbridge_version"], TORCHBRIDGE_VERSION_STRING);
+  EXPECT_EQ(json["best_backend"], detect_best_backend());
+  const auto entries = BackendRegistry::instance().entries();
+  ASSERT_EQ(json["backends"].size(), entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& b = json["backends"][i];
+    const Availability a = entries[i].backend->availability();
+    EXPECT_EQ(b["name"], entries[i].name);
+    EXPECT_EQ(b["available"], a.available());
+    EXPECT_EQ(b["status"], to_string(a.status));
+    EXPECT_EQ(b["device_count"], entries[i].backend->device_count());
+    EXPECT_EQ(b["devices"].size(), static_cast<size_t>(entries[i].backend->device_count()));
+    if (!a.available()) EXPECT_EQ(b["reason"], a.reason);
+  }
+}
+
+TEST(Cli, InfoJsonDescribesTheCpuLikeTheLibrary) {
+  const auto json = nlohmann::json::parse(run_cli("info --json --backend cpu").out);
+  ASSERT_EQ(json["backends"].size(), 1u);
+  const auto& device = json["backends"][0]["devices"][0];
+  const DeviceInfo info = create_backend("cpu")->info(0);
+  EXPECT_EQ(device["info"]["name"], info.name);
+  EXPECT_EQ(device["info"]["cpu"]["logical_cores"], info.cpu->logical_cores);
+  EXPECT_EQ(device["info"]["cpu"]["physical_cores"], info.cpu->physical_cores);
+  EXPECT_EQ(device["info"]["total_memory_bytes"], *info.total_memory_bytes);
+  EXPECT_GT(device["memory"]["allocated_bytes"].get<int64_t>(), 0);
+  EXPECT_TRUE(device["memory"]["reserved_bytes"].is_null());
+  EXPECT_TRUE(device["error"].is_null());
+}
+
+TEST(Cli, InfoBackendAcceptsAliases) {
+  const auto json = nlohmann::json::parse(run_cli("info --json --backend=nvidia").out);
+  ASSERT_EQ(json["backends"].size(), 1u);
+  EXPECT_EQ(json["backends"][0]["name"], "cuda");
+}
+
+TEST(Cli, InfoHumanOutputShowsTheTable) {
+  const CommandResult r = run_cli("info");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("BACKEND"), std::string::npos);
+  EXPECT_NE(r.out.find("cpu:0"), std::string::npos);
+  EXPECT_NE(r.out.find("best backend: " + detect_best_backend()), std::string::npos);
+}
+
+TEST(Cli, UnknownBackendIsAnErrorListingValidNames) {
+  const CommandResult r = run_cli("info --backend warp-drive");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(r.out.empty());
+  EXPECT_NE(r.err.find("unknown backend 'warp-drive'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("valid names: "), std::string::npos) << r.err;
+}
+
+TEST(Cli, DoctorIsHealthyHereAndChecksEveryDevice) {
+  const CommandResult r = run_cli("doctor --json");
+  const auto json = nlohmann::json::parse(r.out);
+  EXPECT_EQ(r.exit_code, json["exit_code"].get<int>());
+  EXPECT_EQ(json["torch"]["compiled"]["cuda"], at::detail::getCUDAHooks().isBuilt() && !at::detail::getCUDAHooks().hasROCM());
+  int health_checks = 0;
+  for (const auto& check : json["checks"]) {
+    if (check["name"].get<std::string>().find(" health") == std::string::npos) continue;
+    ++health_checks;
+    EXPECT_EQ(check["outcome"], "ok") << check.dump();
+    EXPECT_GT(check["duration_ms"].get<double>(), 0.0);
+  }
+  int devices = 0;
+  for (const auto& entry : BackendRegistry::instance().entries()) devices += entry.backend->device_count();
+  EXPECT_EQ(health_checks, devices);
+  if (r.exit_code == 0) EXPECT_EQ(json["outcome"], "ok");
+}
+
+TEST(Cli, DoctorFailsWhenTheOverrideNamesABadBackend) {
+  const CommandResult r = run_cli("doctor --json", "TORCHBRIDGE_BACKEND=bogus");
+  EXPECT_EQ(r.exit_code, 1);
+  const auto json = nlohmann::json::parse(r.out);
+  EXPECT_EQ(json["outcome"], "failure");
+  EXPECT_EQ(json["environment_overrides"]["TORCHBRIDGE_BACKEND"], "bogus");
+}
+
+TEST(Cli, DoctorWarnsWhenGpusAreHidden) {
+  const CommandResult r = run_cli("doctor --json", "CUDA_VISIBLE_DEVICES=");
+  const auto json = nlohmann::json::parse(r.out);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_EQ(json["outcome"], "warning");
+}
+
+TEST(Cli, VersionHelpAndErrors) {
+  const CommandResult version = run_cli("--version");
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_NE(version.out.find(TORCHBRIDGE_VERSION_STRING), std::string::npos);
+  for (const char* command : {"--help", "info --help", "doctor --help"}) {
+    const CommandResult help = run_cli(command);
+    EXPECT_EQ(help.exit_code, 0) << command;
+    EXPECT_NE(help.out.find("usage: torchbridge"), std::string::npos) << command;
+  }
+  const CommandResult run = run_cli("run script.py");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("Python package"), std::string::npos) << run.err;
+  const CommandResult unknown = run_cli("teleport");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("unknown command 'teleport'"), std::string::npos) << unknown.err;
+  const CommandResult bad_flag = run_cli("info --color");
+  EXPECT_EQ(bad_flag.exit_code, 1);
+  EXPECT_NE(bad_flag.err.find("unknown argument '--color'"), std::string::npos) << bad_flag.err;
+  const CommandResult no_args = run_cli("");
+  EXPECT_EQ(no_args.exit_code, 1);
+}
+
+}  // namespace
+}  // namespace torchbridge
