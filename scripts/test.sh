@@ -4,4 +4,15 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup.sh"
 cd "$ROOT"
-ctest --test-dir build --output-on-failure -j "${TORCHBRIDGE_JOBS:-2}"
+
+status=0
+ctest --test-dir build --output-on-failure -j "${TORCHBRIDGE_JOBS:-2}" || status=$?
+
+# Tests for absent hardware skip; say which and why, so a skip is never mistaken for a pass.
+log=build/Testing/Temporary/LastTest.log
+if [[ -f "$log" ]] && grep -q ": Skipped" "$log"; then
+  echo
+  echo "Skipped tests and their reasons:"
+  grep -A1 ": Skipped" "$log" | grep -v -e "^--$" -e ": Skipped$" | sort | uniq -c | sed 's/^/  /'
+fi
+exit $status
