@@ -44,12 +44,15 @@ class BackendRegistry {
   // Hook for the device SDK: called with a name that is not otherwise known, before lookup()
   // gives up. Returns true when it made the name resolvable (e.g. loaded an SDK device).
   using NameResolver = std::function<bool(const std::string& name)>;
-  void set_name_resolver(NameResolver resolver);
+  // `loadable` lists the names the resolver could load, for error messages.
+  using LoadableNames = std::function<std::vector<std::string>()>;
+  void set_name_resolver(NameResolver resolver, LoadableNames loadable = nullptr);
 
  private:
   BackendRegistry();
   std::vector<BackendEntry> builtin_;
   NameResolver resolver_;
+  LoadableNames loadable_;
 };
 
 // Shorthands over BackendRegistry::instance(), matching the Python API's names.

@@ -69,9 +69,13 @@ class PrivateUse1Backend final : public AcceleratorBackend {
       info.total_memory_bytes = memory->second;
     }
     // The device's own capability report (c10::DeviceCapability) says which dtypes it supports.
-    const c10::DeviceCapability capability = guard().getDeviceCapability(dev);
-    capability.forEachSupportedScalarType(
-        [&](c10::ScalarType dtype) { info.supported_dtypes.push_back(dtype); });
+    try {
+      const c10::DeviceCapability capability = guard().getDeviceCapability(dev);
+      capability.forEachSupportedScalarType(
+          [&](c10::ScalarType dtype) { info.supported_dtypes.push_back(dtype); });
+    } catch (const c10::Error&) {
+      // The plugin does not report capabilities: the dtype list stays empty (unknown).
+    }
     const auto supports = [&](c10::ScalarType dtype) {
       return std::find(info.supported_dtypes.begin(), info.supported_dtypes.end(), dtype) !=
              info.supported_dtypes.end();
@@ -79,6 +83,9 @@ class PrivateUse1Backend final : public AcceleratorBackend {
     info.features.fp16 = supports(c10::ScalarType::Half);
     info.features.bf16 = supports(c10::ScalarType::BFloat16);
     info.features.fp8 = supports(c10::ScalarType::Float8_e4m3fn);
+    if (const auto declaration = current_declaration(); declaration && declaration->describe) {
+      declaration->describe(index, info);
+    }
     return info;
   }
 };

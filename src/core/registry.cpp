@@ -65,6 +65,11 @@ std::vector<std::string> BackendRegistry::valid_names() const {
     names.push_back(entry.name);
     names.insert(names.end(), entry.aliases.begin(), entry.aliases.end());
   }
+  if (loadable_) {
+    for (const auto& name : loadable_()) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+  }
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -117,7 +122,10 @@ std::string BackendRegistry::detect_best_backend() const {
   TORCH_CHECK(false, "no backend is available, not even the CPU");
 }
 
-void BackendRegistry::set_name_resolver(NameResolver resolver) { resolver_ = std::move(resolver); }
+void BackendRegistry::set_name_resolver(NameResolver resolver, LoadableNames loadable) {
+  resolver_ = std::move(resolver);
+  loadable_ = std::move(loadable);
+}
 
 std::shared_ptr<Backend> create_backend(const std::string& name) {
   return BackendRegistry::instance().create(name);

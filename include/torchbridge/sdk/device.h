@@ -1,0 +1,41 @@
+#pragma once
+// Turning a vendor runtime (include/torchbridge/sdk/runtime.h) into a PyTorch device.
+
+#include <torchbridge/sdk/runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torchbridge::sdk {
+
+// Environment variable: "1" makes every operator without a native kernel raise instead of
+// running on the CPU fallback.
+inline constexpr const char* kStrictEnvVar = "TORCHBRIDGE_SDK_STRICT";
+// Environment variable: extra directories (':'-separated) searched for device libraries before
+// the directory holding libtorchbridge.
+inline constexpr const char* kDevicePathEnvVar = "TORCHBRIDGE_DEVICE_PATH";
+
+// Registers `runtime` as PyTorch's PrivateUse1 device under runtime->name: backend rename,
+// device guard, hooks, caching allocator, pinned host allocator, generators, streams, events,
+// native operators, the CPU fallback and autocast. PyTorch has one PrivateUse1 slot: registering
+// a second, different runtime (or when another plugin holds the slot) raises. Registering the
+// same table again is a no-op.
+void register_runtime(const tb_runtime* runtime);
+
+// Loads libtorchbridge_device_NAME.so (from TORCHBRIDGE_DEVICE_PATH, then next to
+// libtorchbridge) and registers the runtime it exports. A no-op when NAME is already registered.
+void load_device(const std::string& name);
+
+// Names of the device libraries found on the search path (e.g. {"emu"}).
+std::vector<std::string> available_devices();
+// Name of the SDK device registered in this process, if any.
+std::optional<std::string> registered_device();
+
+// How often each operator ("aten::add.Tensor") ran on the CPU fallback since the last reset.
+std::map<std::string, int64_t> fallback_counts();
+void reset_fallback_counts();
+
+}  // namespace torchbridge::sdk

@@ -1,0 +1,355 @@
+// Block caching in the spirit of CUDA's caching allocator, kept small:
+//  - sizes round up to 512 B; requests <= 1 MiB come from 2 MiB "small" segments, larger ones
+//    from 20 MiB segments (or their own segment, rounded to 2 MiB, past 10 MiB);
+//  - free blocks are cached per (device, pool, stream) and split / re-merged with neighbours;
+//  - a block used on other streams (recordStream) is reused only after events recorded on those
+//    streams at free time have completed;
+//  - on out-of-memory the cache is released and the allocation retried once before raising.
+#include "sdk/caching_allocator.h"
+
+#include "sdk/runtime_handle.h"
+#include "sdk/stream_registry.h"
+
+#include <c10/core/Device.h>
+
+#include <mutex>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+namespace torchbridge::sdk {
+namespace {
+
+using c10::CachingAllocator::StatType;
+using DeviceStats = c10::CachingDeviceAllocator::DeviceStats;
+
+constexpr size_t kMinBlockSize = 512;
+constexpr size_t kSmallSize = 1 << 20;
+constexpr size_t kSmallSegment = 2 << 20;
+constexpr size_t kLargeSegment = 20 << 20;
+constexpr size_t kMinLargeAlloc = 10 << 20;
+constexpr size_t kRoundLarge = 2 << 20;
+
+struct Block {
+  c10::DeviceIndex device = 0;
+  c10::StreamId stream = 0;
+  size_t size = 0;
+  size_t requested = 0;
+  char* ptr = nullptr;
+  bool small = false;
+  bool allocated = false;
+  Block* prev = nullptr;  // neighbours inside the same segment
+  Block* next = nullptr;
+  std::set<c10::StreamId> stream_uses;
+};
+
+struct BlockOrder {
+  bool operator()(const Block* a, const Block* b) const {
+    return std::tie(a->stream, a->size, a->ptr) < std::tie(b->stream, b->size, b->ptr);
+  }
+};
+using Pool = std::set<Block*, BlockOrder>;
+
+struct PendingFree {
+  Block* block;
+  std::vector<tb_event> events;
+};
+
+struct DeviceState {
+  Pool small_free;
+  Pool large_free;
+  std::unordered_map<const void*, Block*> live;
+  std::vector<PendingFree> pending;
+  DeviceStats stats;
+};
+
+size_t round_size(size_t bytes) { return (bytes + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize; }
+
+size_t segment_size(size_t size) {
+  if (size <= kSmallSize) return kSmallSegment;
+  if (size < kMinLargeAlloc) return kLargeSegment;
+  return (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+}
+
+void update(c10::CachingAllocator::StatArray& stat, bool small, int64_t amount) {
+  for (const StatType type : {StatType::AGGREGATE, small ? StatType::SMALL_POOL : StatType::LARGE_POOL}) {
+    auto& s = stat[static_cast<size_t>(type)];
+    if (amount >= 0) s.increase(static_cast<size_t>(amount));
+    else s.decrease(static_cast<size_t>(-amount));
+  }
+}
+
+void delete_block(void* context);
+
+class SdkCachingAllocator final : public CachingAllocator {
+ public:
+  void init(int device_count) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    devices_.resize(device_count);
+  }
+
+  c10::DataPtr allocate(size_t bytes) override {
+    int32_t current = 0;
+    TB_CALL(get_device, &current);
+    const auto device = static_cast<c10::DeviceIndex>(current);
+    const c10::Device torch_device(c10::DeviceType::PrivateUse1, device);
+    if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_block, torch_device);
+    const c10::StreamId stream = current_stream(device).id();
+
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceState& state = state_of(device);
+    process_pending(state, /*wait=*/false);
+    const size_t size = round_size(bytes);
+    const bool small = size <= kSmallSize;
+    Pool& pool = small ? state.small_free : state.large_free;
+
+    Block* block = take_cached(pool, stream, size);
+    if (block == nullptr) block = new_segment(state, device, stream, size, small, bytes);
+    split(pool, block, size);
+
+    block->allocated = true;
+    block->requested = bytes;
+    state.live[block->ptr] = block;
+    update(state.stats.allocation, small, 1);
+    update(state.stats.allocated_bytes, small, static_cast<int64_t>(block->size));
+    update(state.stats.active, small, 1);
+    update(state.stats.active_bytes, small, static_cast<int64_t>(block->size));
+    update(state.stats.requested_bytes, small, static_cast<int64_t>(bytes));
+    return c10::DataPtr(block->ptr, block, &delete_block, torch_device);
+  }
+
+  void free(Block* block) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceState& state = state_of(block->device);
+    state.live.erase(block->ptr);
+    update(state.stats.allocation, block->small, -1);
+    update(state.stats.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
+    update(state.stats.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
+    block->allocated = false;
+    if (block->stream_uses.empty()) {
+      return_to_pool(state, block);
+      return;
+    }
+    // Other streams may still read or write this memory: reuse it only after they pass here.
+    PendingFree pending{block, {}};
+    for (const c10::StreamId use : block->stream_uses) {
+      tb_event event = nullptr;
+      TB_CALL(event_create, block->device, 0, &event);
+      const c10::Stream stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, block->device), use);
+      TB_CALL(event_record, event, native_stream(stream));
+      pending.events.push_back(event);
+    }
+    block->stream_uses.clear();
+    state.pending.push_back(std::move(pending));
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_block; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    TB_CALL(memcpy_sync, dest, src, count, TB_MEMCPY_DEVICE_TO_DEVICE);
+  }
+
+  bool initialized() override { return has_runtime(); }
+
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t d = 0; d < devices_.size(); ++d) release_cached(devices_[d]);
+  }
+
+  void recordStream(const c10::DataPtr& data_ptr, c10::Stream stream) override {
+    if (data_ptr.get() == nullptr || data_ptr.get_deleter() != &delete_block) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto* block = static_cast<Block*>(data_ptr.get_context());
+    if (stream.id() != block->stream) block->stream_uses.insert(stream.id());
+  }
+
+  DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return state_of(device).stats;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceStats& s = state_of(device).stats;
+    for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+                        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
+      for (auto& stat : *array) stat.reset_accumulated();
+    }
+    s.num_alloc_retries = 0;
+    s.num_ooms = 0;
+    s.num_device_alloc = 0;
+    s.num_device_free = 0;
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceStats& s = state_of(device).stats;
+    for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+                        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
+      for (auto& stat : *array) stat.reset_peak();
+    }
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    const tb_device_properties props = runtime().properties(device);
+    return {props.free_memory_bytes, props.total_memory_bytes};
+  }
+
+  std::optional<c10::DeviceIndex> device_of(const void* pointer) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const char* p = static_cast<const char*>(pointer);
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      for (const auto& [start, block] : devices_[d].live) {
+        if (p >= block->ptr && p < block->ptr + block->size) return static_cast<c10::DeviceIndex>(d);
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  DeviceState& state_of(c10::DeviceIndex device) {
+    TORCH_CHECK_INDEX(device >= 0 && static_cast<size_t>(device) < devices_.size(), "device index ",
+                      int(device), " is out of range for '", runtime().name(), "' (", devices_.size(),
+                      " devices)");
+    return devices_[device];
+  }
+
+  static Block* take_cached(Pool& pool, c10::StreamId stream, size_t size) {
+    Block key;
+    key.stream = stream;
+    key.size = size;
+    auto it = pool.lower_bound(&key);
+    if (it == pool.end() || (*it)->stream != stream) return nullptr;
+    Block* block = *it;
+    pool.erase(it);
+    return block;
+  }
+
+  Block* new_segment(DeviceState& state, c10::DeviceIndex device, c10::StreamId stream, size_t size,
+                     bool small, size_t requested) {
+    const size_t bytes = segment_size(size);
+    void* ptr = nullptr;
+    tb_status status = runtime().table().device_malloc(runtime().context(), device, bytes, &ptr);
+    if (status == TB_ERROR_OUT_OF_MEMORY) {
+      // Give every cached byte back to the device and try once more.
+      state.stats.num_alloc_retries += 1;
+      process_pending(state, /*wait=*/true);
+      release_cached(state);
+      status = runtime().table().device_malloc(runtime().context(), device, bytes, &ptr);
+    }
+    if (status == TB_ERROR_OUT_OF_MEMORY) {
+      state.stats.num_ooms += 1;
+      const auto& reserved = state.stats.reserved_bytes[0].current;
+      const auto& allocated = state.stats.allocated_bytes[0].current;
+      const tb_device_properties props = runtime().properties(device);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, runtime().name(), " out of memory on device ", int(device),
+                       ": tried to allocate ", requested, " bytes (a ", bytes, "-byte segment); the device has ",
+                       props.free_memory_bytes, " bytes free of ", props.total_memory_bytes, "; ",
+                       reserved - allocated, " bytes are cached but unused after freeing the cache (",
+                       allocated, " bytes allocated by tensors). Runtime said: ", runtime().describe(status));
+    }
+    runtime().check(status, "device_malloc");
+    state.stats.num_device_alloc += 1;
+    update(state.stats.segment, small, 1);
+    update(state.stats.reserved_bytes, small, static_cast<int64_t>(bytes));
+    auto* block = new Block();
+    block->device = device;
+    block->stream = stream;
+    block->size = bytes;
+    block->ptr = static_cast<char*>(ptr);
+    block->small = small;
+    return block;
+  }
+
+  void split(Pool& pool, Block* block, size_t size) {
+    const size_t remaining = block->size - size;
+    if (block->small ? remaining < kMinBlockSize : remaining <= kSmallSize) return;
+    auto* rest = new Block(*block);
+    rest->ptr = block->ptr + size;
+    rest->size = remaining;
+    rest->prev = block;
+    rest->next = block->next;
+    rest->stream_uses.clear();
+    if (rest->next != nullptr) rest->next->prev = rest;
+    block->next = rest;
+    block->size = size;
+    pool.insert(rest);
+  }
+
+  void return_to_pool(DeviceState& state, Block* block) {
+    Pool& pool = block->small ? state.small_free : state.large_free;
+    update(state.stats.active, block->small, -1);
+    update(state.stats.active_bytes, block->small, -static_cast<int64_t>(block->size));
+    // Merge with free neighbours so the segment can become whole again.
+    for (Block* neighbour : {block->prev, block->next}) {
+      if (neighbour == nullptr || neighbour->allocated || pool.count(neighbour) == 0) continue;
+      pool.erase(neighbour);
+      if (neighbour == block->prev) {
+        block->ptr = neighbour->ptr;
+        block->prev = neighbour->prev;
+        if (block->prev != nullptr) block->prev->next = block;
+      } else {
+        block->next = neighbour->next;
+        if (block->next != nullptr) block->next->prev = block;
+      }
+      block->size += neighbour->size;
+      delete neighbour;
+    }
+    pool.insert(block);
+  }
+
+  void process_pending(DeviceState& state, bool wait) {
+    auto it = state.pending.begin();
+    while (it != state.pending.end()) {
+      bool done = true;
+      for (tb_event event : it->events) {
+        if (wait) TB_CALL(event_synchronize, event);
+        else if (runtime().table().event_query(runtime().context(), event) == TB_ERROR_NOT_READY) done = false;
+      }
+      if (!done) {
+        ++it;
+        continue;
+      }
+      for (tb_event event : it->events) runtime().table().event_destroy(runtime().context(), event);
+      return_to_pool(state, it->block);
+      it = state.pending.erase(it);
+    }
+  }
+
+  void release_cached(DeviceState& state) {
+    for (Pool* pool : {&state.small_free, &state.large_free}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        Block* block = *it;
+        if (block->prev != nullptr || block->next != nullptr) {  // part of a split segment
+          ++it;
+          continue;
+        }
+        runtime().check(runtime().table().device_free(runtime().context(), block->device, block->ptr), "device_free");
+        state.stats.num_device_free += 1;
+        update(state.stats.segment, block->small, -1);
+        update(state.stats.reserved_bytes, block->small, -static_cast<int64_t>(block->size));
+        it = pool->erase(it);
+        delete block;
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  std::vector<DeviceState> devices_;
+};
+
+SdkCachingAllocator& instance() {
+  static SdkCachingAllocator* allocator = new SdkCachingAllocator();  // lives until exit, like torch's
+  return *allocator;
+}
+
+void delete_block(void* context) {
+  if (context != nullptr) instance().free(static_cast<Block*>(context));
+}
+
+}  // namespace
+
+CachingAllocator& caching_allocator() { return instance(); }
+
+}  // namespace torchbridge::sdk

@@ -1,0 +1,112 @@
+// Every copy goes through the current stream of the device involved, so it is ordered after the
+// work already queued there. Copies with identical layouts move raw bytes; anything else (a dtype
+// change, different strides, a view with holes) is staged on the CPU, where torch's own copy
+// kernels do the conversion, and only whole storage spans cross the bus.
+#include "sdk/copy.h"
+
+#include "sdk/caching_allocator.h"
+#include "sdk/host_allocator.h"
+#include "sdk/runtime_handle.h"
+#include "sdk/stream_registry.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/Event.h>
+
+namespace torchbridge::sdk {
+namespace {
+
+bool on_sdk_device(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
+
+// Bytes from a tensor's first to its last element (torch strides are never negative).
+size_t span_bytes(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return static_cast<size_t>(last + 1) * t.element_size();
+}
+
+bool same_layout(const at::Tensor& a, const at::Tensor& b) {
+  return a.dtype() == b.dtype() && a.sizes() == b.sizes() && a.strides() == b.strides() &&
+         a.is_non_overlapping_and_dense();
+}
+
+void finish(const c10::Stream& stream, bool non_blocking, const void* host_pointer) {
+  if (non_blocking && host_pointer != nullptr && host_allocator().is_pinned(host_pointer)) {
+    host_allocator().record_use(host_pointer, stream);  // keep the pinned block until the copy ran
+    return;
+  }
+  TB_CALL(stream_synchronize, native_stream(stream));
+}
+
+void raw_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  const size_t bytes = span_bytes(src);
+  if (bytes == 0) return;
+  if (!on_sdk_device(src)) {  // host -> device
+    const c10::Stream stream = current_stream(dst.device().index());
+    TB_CALL(memcpy_async, dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_HOST_TO_DEVICE, native_stream(stream));
+    finish(stream, non_blocking, src.data_ptr());
+  } else if (!on_sdk_device(dst)) {  // device -> host
+    const c10::Stream stream = current_stream(src.device().index());
+    TB_CALL(memcpy_async, dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_DEVICE_TO_HOST, native_stream(stream));
+    finish(stream, non_blocking, dst.data_ptr());
+  } else {  // device -> device, ordered after the source's work and asynchronous to the host
+    const c10::Stream dst_stream = current_stream(dst.device().index());
+    const c10::Stream src_stream = current_stream(src.device().index());
+    if (src_stream != dst_stream) {
+      c10::Event ready(c10::DeviceType::PrivateUse1);
+      ready.record(src_stream);
+      ready.block(dst_stream);
+      caching_allocator().recordStream(src.storage().data_ptr(), dst_stream);
+    }
+    TB_CALL(memcpy_async, dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_DEVICE_TO_DEVICE,
+            native_stream(dst_stream));
+  }
+}
+
+}  // namespace
+
+at::Tensor download(const at::Tensor& t) {
+  const size_t bytes = span_bytes(t);
+  const int64_t elements = static_cast<int64_t>(bytes / std::max<size_t>(t.element_size(), 1));
+  at::Tensor staging = at::empty({elements}, t.options().device(c10::kCPU));
+  if (bytes > 0) {
+    const c10::Stream stream = current_stream(t.device().index());
+    TB_CALL(memcpy_async, staging.data_ptr(), t.data_ptr(), bytes, TB_MEMCPY_DEVICE_TO_HOST, native_stream(stream));
+    TB_CALL(stream_synchronize, native_stream(stream));
+  }
+  return staging.as_strided(t.sizes(), t.strides(), 0);
+}
+
+void upload(const at::Tensor& staging, const at::Tensor& dst) {
+  const size_t bytes = span_bytes(dst);
+  if (bytes == 0) return;
+  const c10::Stream stream = current_stream(dst.device().index());
+  TB_CALL(memcpy_async, dst.data_ptr(), staging.data_ptr(), bytes, TB_MEMCPY_HOST_TO_DEVICE, native_stream(stream));
+  TB_CALL(stream_synchronize, native_stream(stream));
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.sizes() == dst.sizes(), "copy between tensors of different shapes: ", self.sizes(), " and ",
+              dst.sizes());
+  if (self.numel() == 0) return dst;
+  if (same_layout(self, dst)) {
+    raw_copy(self, dst, non_blocking);
+    return dst;
+  }
+  const at::Tensor source = on_sdk_device(self) ? download(self) : self;
+  if (!on_sdk_device(dst)) {
+    dst.copy_(source);
+    return dst;
+  }
+  // A dense destination is overwritten entirely; a view with holes is read first so the bytes
+  // between its elements survive the write-back.
+  at::Tensor staging = dst.is_non_overlapping_and_dense()
+                           ? at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU))
+                           : download(dst);
+  staging.copy_(source);
+  upload(staging, dst);
+  return dst;
+}
+
+}  // namespace torchbridge::sdk

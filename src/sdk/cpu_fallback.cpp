@@ -1,0 +1,91 @@
+// Operators without a native kernel run on the CPU: arguments are copied to the host, torch's CPU
+// kernel runs, and results (and mutated inputs) are copied back. Each use is counted per operator;
+// TORCHBRIDGE_SDK_STRICT=1 turns a fallback into an error. Random operators get the CPU generator
+// that carries the SDK device's generator state, so seeding the device seeds what runs.
+#include "sdk/registration.h"
+
+#include "sdk/generator.h"
+#include "sdk/runtime_handle.h"
+
+#include <torchbridge/sdk/device.h>
+
+#include <ATen/native/CPUFallback.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+#include <mutex>
+
+namespace torchbridge::sdk {
+namespace {
+
+std::mutex counts_mutex;
+std::map<std::string, int64_t> counts;
+
+bool strict_mode() {
+  const char* value = std::getenv(kStrictEnvVar);
+  return value != nullptr && std::string(value) == "1";
+}
+
+bool is_generator_type(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  if (const auto optional = type->cast<c10::OptionalType>()) {
+    return optional->getElementType()->kind() == c10::TypeKind::GeneratorType;
+  }
+  return false;
+}
+
+c10::DeviceIndex device_of_arguments(const torch::jit::Stack& stack, size_t first, size_t count) {
+  for (size_t i = first; i < first + count; ++i) {
+    const c10::IValue& value = stack[i];
+    if (value.isTensor() && value.toTensor().device().type() == c10::DeviceType::PrivateUse1) {
+      return value.toTensor().device().index();
+    }
+  }
+  return -1;  // the current device
+}
+
+void substitute_generators(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& arguments = op.schema().arguments();
+  const size_t first = stack->size() - arguments.size();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (!is_generator_type(arguments[i].type())) continue;
+    c10::IValue& value = (*stack)[first + i];
+    if (value.isNone()) {
+      value = c10::IValue(cpu_generator_of(default_generator(device_of_arguments(*stack, first, arguments.size()))));
+    } else if (value.isGenerator() && value.toGenerator().device().type() == c10::DeviceType::PrivateUse1) {
+      value = c10::IValue(cpu_generator_of(value.toGenerator()));
+    }
+  }
+}
+
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = c10::toString(op.schema().operator_name());
+  TORCH_CHECK_NOT_IMPLEMENTED(!strict_mode(), "operator ", name, " has no native kernel for device '",
+                              runtime().name(), "', and ", kStrictEnvVar, "=1 forbids running it on the CPU fallback");
+  {
+    std::lock_guard<std::mutex> lock(counts_mutex);
+    ++counts[name];
+  }
+  substitute_generators(op, stack);
+  at::native::cpu_fallback(op, stack);
+}
+
+}  // namespace
+
+void register_cpu_fallback() {
+  static auto* library =
+      new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  library->fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
+}
+
+std::map<std::string, int64_t> fallback_counts() {
+  std::lock_guard<std::mutex> lock(counts_mutex);
+  return counts;
+}
+
+void reset_fallback_counts() {
+  std::lock_guard<std::mutex> lock(counts_mutex);
+  counts.clear();
+}
+
+}  // namespace torchbridge::sdk

@@ -1,0 +1,105 @@
+#include "sdk/host_allocator.h"
+
+#include "sdk/runtime_handle.h"
+#include "sdk/stream_registry.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace torchbridge::sdk {
+namespace {
+
+struct HostBlock {
+  size_t size = 0;
+  bool freed = false;              // the tensor let go; waiting for its events
+  std::vector<tb_event> uses;      // recorded after each non_blocking copy touching it
+};
+
+void delete_host_block(void* pointer);
+
+class SdkHostAllocator final : public HostAllocator {
+ public:
+  c10::DataPtr allocate(size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reap();
+    void* pointer = nullptr;
+    if (bytes > 0) {
+      TB_CALL(host_malloc, bytes, &pointer);
+      blocks_[static_cast<char*>(pointer)] = HostBlock{bytes, false, {}};
+    }
+    return c10::DataPtr(pointer, pointer, &delete_host_block, c10::Device(c10::kCPU));
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_host_block; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+
+  bool is_pinned(const void* pointer) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return find(pointer) != blocks_.end();
+  }
+
+  void record_use(const void* pointer, const c10::Stream& stream) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = find(pointer);
+    if (it == blocks_.end()) return;
+    tb_event event = nullptr;
+    TB_CALL(event_create, stream.device_index(), 0, &event);
+    TB_CALL(event_record, event, native_stream(stream));
+    it->second.uses.push_back(event);
+  }
+
+  void release(void* pointer) {
+    if (pointer == nullptr) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.find(static_cast<char*>(pointer));
+    if (it == blocks_.end()) return;
+    it->second.freed = true;
+    reap();
+  }
+
+ private:
+  std::map<char*, HostBlock>::iterator find(const void* pointer) {
+    const char* p = static_cast<const char*>(pointer);
+    auto it = blocks_.upper_bound(const_cast<char*>(p));
+    if (it == blocks_.begin()) return blocks_.end();
+    --it;
+    return p < it->first + it->second.size && !it->second.freed ? it : blocks_.end();
+  }
+
+  // Returns freed blocks whose recorded copies have all completed to the runtime.
+  void reap() {
+    for (auto it = blocks_.begin(); it != blocks_.end();) {
+      HostBlock& block = it->second;
+      bool idle = block.freed;
+      for (tb_event event : block.uses) {
+        if (idle && runtime().table().event_query(runtime().context(), event) == TB_ERROR_NOT_READY) idle = false;
+      }
+      if (!idle) {
+        ++it;
+        continue;
+      }
+      for (tb_event event : block.uses) runtime().table().event_destroy(runtime().context(), event);
+      runtime().table().host_free(runtime().context(), it->first);
+      it = blocks_.erase(it);
+    }
+  }
+
+  std::mutex mutex_;
+  std::map<char*, HostBlock> blocks_;
+};
+
+SdkHostAllocator& instance() {
+  static auto* allocator = new SdkHostAllocator();
+  return *allocator;
+}
+
+void delete_host_block(void* pointer) { instance().release(pointer); }
+
+}  // namespace
+
+HostAllocator& host_allocator() { return instance(); }
+
+}  // namespace torchbridge::sdk

@@ -1,0 +1,19 @@
+#pragma once
+// Pinned host memory from the vendor runtime. A block freed while a non_blocking copy may still
+// read or write it is returned to the runtime only after that copy's stream has passed it.
+
+#include <c10/core/Allocator.h>
+#include <c10/core/Stream.h>
+
+namespace torchbridge::sdk {
+
+class HostAllocator : public c10::Allocator {
+ public:
+  virtual bool is_pinned(const void* pointer) = 0;
+  // Keeps the block containing `pointer` alive until work queued on `stream` so far completes.
+  virtual void record_use(const void* pointer, const c10::Stream& stream) = 0;
+};
+
+HostAllocator& host_allocator();
+
+}  // namespace torchbridge::sdk

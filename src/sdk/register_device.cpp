@@ -1,0 +1,214 @@
+// One call turns a vendor runtime table into PyTorch's PrivateUse1 device; load_device() finds
+// the table in a device library. The backend registry asks load_device() for unknown names, so
+// `create_backend("emu")` or `torchbridge info --backend emu` loads the device with no other step.
+#include <torchbridge/sdk/device.h>
+
+#include "sdk/caching_allocator.h"
+#include "sdk/generator.h"
+#include "sdk/guard_impl.h"
+#include "sdk/hooks.h"
+#include "sdk/registration.h"
+#include "sdk/runtime_handle.h"
+#include "sdk/stream_registry.h"
+
+#include <torchbridge/privateuse1.h>
+#include <torchbridge/registry.h>
+
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace torchbridge::sdk {
+namespace {
+
+std::recursive_mutex registration_mutex;
+const tb_runtime* registered_table = nullptr;
+
+// Every entry TorchBridge calls, with its offset, so a table that is too short or has a NULL
+// entry is rejected naming the entry instead of crashing later.
+#define TB_ENTRY(NAME) {#NAME, offsetof(tb_runtime, NAME)}
+const std::pair<const char*, size_t> kRequiredEntries[] = {
+    TB_ENTRY(status_string),    TB_ENTRY(last_error_message), TB_ENTRY(device_count),
+    TB_ENTRY(set_device),       TB_ENTRY(get_device),         TB_ENTRY(device_properties),
+    TB_ENTRY(device_synchronize), TB_ENTRY(device_malloc),    TB_ENTRY(device_free),
+    TB_ENTRY(host_malloc),      TB_ENTRY(host_free),          TB_ENTRY(memcpy_sync),
+    TB_ENTRY(memcpy_async),     TB_ENTRY(memset_async),       TB_ENTRY(stream_create),
+    TB_ENTRY(stream_destroy),   TB_ENTRY(stream_query),       TB_ENTRY(stream_synchronize),
+    TB_ENTRY(stream_wait_event), TB_ENTRY(event_create),      TB_ENTRY(event_destroy),
+    TB_ENTRY(event_record),     TB_ENTRY(event_query),        TB_ENTRY(event_synchronize),
+    TB_ENTRY(event_elapsed_time)};
+#undef TB_ENTRY
+
+void validate_name(const std::string& name) {
+  static const std::regex pattern("[a-z][a-z0-9_]*");
+  TORCH_CHECK_VALUE(std::regex_match(name, pattern), "invalid device name '", name,
+                    "': expected a lower-case identifier such as 'emu'");
+}
+
+void validate_table(const tb_runtime* table) {
+  TORCH_CHECK_VALUE(table != nullptr, "register_runtime: the runtime table is NULL");
+  TORCH_CHECK_VALUE(table->abi_version == TB_RUNTIME_ABI_VERSION, "runtime '",
+                    table->name ? table->name : "?", "' was built for SDK ABI version ", table->abi_version,
+                    "; this TorchBridge speaks version ", TB_RUNTIME_ABI_VERSION);
+  TORCH_CHECK_VALUE(table->name != nullptr, "register_runtime: the runtime has no name");
+  validate_name(table->name);
+  for (const auto& [entry, offset] : kRequiredEntries) {
+    TORCH_CHECK_VALUE(offset + sizeof(void*) <= table->struct_size, "runtime '", table->name,
+                      "' is missing entry ", entry, " (its table is ", table->struct_size, " bytes)");
+    void* pointer = nullptr;
+    std::memcpy(&pointer, reinterpret_cast<const char*>(table) + offset, sizeof(pointer));
+    TORCH_CHECK_VALUE(pointer != nullptr, "runtime '", table->name, "' leaves entry ", entry, " NULL");
+  }
+}
+
+void declare_to_backend_layer(const std::string& vendor, bool real_hardware) {
+  PrivateUse1Declaration declaration;
+  declaration.vendor = vendor;
+  declaration.is_real_hardware = real_hardware;
+  declaration.describe = [](int index, DeviceInfo& info) {
+    const tb_device_properties props = runtime().properties(index);
+    info.name = props.name;
+    info.architecture = props.architecture;
+    info.driver_version = props.driver_version;
+    info.total_memory_bytes = props.total_memory_bytes;
+    info.free_memory_bytes = props.free_memory_bytes;
+    if (props.multiprocessor_count > 0) info.multiprocessor_count = props.multiprocessor_count;
+    info.features.unified_memory = props.host_addressable != 0;
+  };
+  declare_privateuse1_device(declaration);
+}
+
+std::vector<std::string> search_directories() {
+  std::vector<std::string> directories;
+  if (const char* extra = std::getenv(kDevicePathEnvVar)) {
+    std::stringstream list(extra);
+    for (std::string dir; std::getline(list, dir, ':');) {
+      if (!dir.empty()) directories.push_back(dir);
+    }
+  }
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&load_device), &info) != 0 && info.dli_fname != nullptr) {
+    std::string self = info.dli_fname;
+    directories.push_back(self.substr(0, self.find_last_of('/')));
+  }
+  return directories;
+}
+
+std::string library_file(const std::string& name) { return "libtorchbridge_device_" + name + ".so"; }
+
+std::optional<std::string> find_library(const std::string& name) {
+  for (const auto& dir : search_directories()) {
+    const std::string path = dir + "/" + library_file(name);
+    struct stat st {};
+    if (stat(path.c_str(), &st) == 0) return path;
+  }
+  return std::nullopt;
+}
+
+// The backend registry consults this for names it does not know.
+const bool resolver_installed = [] {
+  BackendRegistry::instance().set_name_resolver(
+      [](const std::string& name) {
+        static const std::regex pattern("[a-z][a-z0-9_]*");
+        if (!std::regex_match(name, pattern) || !find_library(name)) return false;
+        load_device(name);
+        return true;
+      },
+      &available_devices);
+  return true;
+}();
+
+}  // namespace
+
+void register_runtime(const tb_runtime* table) {
+  std::lock_guard<std::recursive_mutex> lock(registration_mutex);
+  validate_table(table);
+  const std::string name = table->name;
+  if (registered_table == table) return;
+  TORCH_CHECK(registered_table == nullptr, "PyTorch has a single PrivateUse1 slot and it already holds SDK device '",
+              registered_table ? registered_table->name : "", "'; cannot also register '", name, "'");
+  TORCH_CHECK(!c10::impl::hasDeviceGuardImpl(c10::DeviceType::PrivateUse1),
+              "PyTorch's single PrivateUse1 slot is already taken by another plugin ('",
+              c10::get_privateuse1_backend(), "'); cannot register '", name, "'");
+  if (c10::is_privateuse1_backend_registered()) {
+    TORCH_CHECK(c10::get_privateuse1_backend() == name, "PrivateUse1 was already renamed to '",
+                c10::get_privateuse1_backend(), "'; cannot register device '", name, "'");
+  }
+
+  set_runtime(table);
+  const int count = runtime().device_count();
+  TORCH_CHECK(count > 0, "device '", name, "' reports no devices");
+  const tb_device_properties first = runtime().properties(0);
+
+  if (!c10::is_privateuse1_backend_registered()) c10::register_privateuse1_backend(name);
+  caching_allocator().init(count);
+  init_streams(count);
+  init_generators(count);
+  c10::SetAllocator(c10::DeviceType::PrivateUse1, &caching_allocator());
+  static auto* guard_registrar =
+      new c10::impl::DeviceGuardImplRegistrar(c10::DeviceType::PrivateUse1, make_guard_impl());
+  (void)guard_registrar;
+  at::RegisterPrivateUse1HooksInterface(make_hooks());
+  register_native_ops();
+  register_cpu_fallback();
+  register_autocast();
+  declare_to_backend_layer(first.vendor, first.is_real_hardware != 0);
+  registered_table = table;
+}
+
+void load_device(const std::string& name) {
+  validate_name(name);
+  std::lock_guard<std::recursive_mutex> lock(registration_mutex);
+  if (registered_table != nullptr && name == registered_table->name) return;
+  const auto path = find_library(name);
+  std::string searched;
+  for (const auto& dir : search_directories()) searched += " " + dir;
+  TORCH_CHECK(path.has_value(), "no device library ", library_file(name), " found (searched", searched,
+              "; set ", kDevicePathEnvVar, " to add directories)");
+  void* handle = dlopen(path->c_str(), RTLD_NOW | RTLD_LOCAL);
+  TORCH_CHECK(handle != nullptr, "cannot load device library ", *path, ": ", dlerror());
+  auto entry = reinterpret_cast<tb_runtime_entry_fn>(dlsym(handle, TB_RUNTIME_ENTRY_SYMBOL));
+  TORCH_CHECK(entry != nullptr, "device library ", *path, " does not export ", TB_RUNTIME_ENTRY_SYMBOL);
+  const char* error = nullptr;
+  const tb_runtime* table = entry(&error);
+  TORCH_CHECK(table != nullptr, "device '", name, "' failed to start: ", error ? error : "(no reason given)");
+  TORCH_CHECK(table->name != nullptr && name == table->name, "device library ", *path, " registers '",
+              table->name ? table->name : "", "', not '", name, "'");
+  register_runtime(table);
+}
+
+std::vector<std::string> available_devices() {
+  std::set<std::string> names;
+  const std::string prefix = "libtorchbridge_device_";
+  for (const auto& dir : search_directories()) {
+    DIR* handle = opendir(dir.c_str());
+    if (handle == nullptr) continue;
+    while (const dirent* entry = readdir(handle)) {
+      const std::string file = entry->d_name;
+      if (file.rfind(prefix, 0) == 0 && file.size() > prefix.size() + 3 && file.substr(file.size() - 3) == ".so") {
+        names.insert(file.substr(prefix.size(), file.size() - prefix.size() - 3));
+      }
+    }
+    closedir(handle);
+  }
+  return {names.begin(), names.end()};
+}
+
+std::optional<std::string> registered_device() {
+  std::lock_guard<std::recursive_mutex> lock(registration_mutex);
+  if (registered_table == nullptr) return std::nullopt;
+  return std::string(registered_table->name);
+}
+
+}  // namespace torchbridge::sdk

@@ -1,0 +1,9 @@
+#pragma once
+// Operator, fallback and autocast registrations for the SDK device, done when a runtime registers
+// (never at library load, so loading libtorchbridge never claims PrivateUse1). Internal.
+
+namespace torchbridge::sdk {
+void register_native_ops();
+void register_cpu_fallback();
+void register_autocast();
+}  // namespace torchbridge::sdk

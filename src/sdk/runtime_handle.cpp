@@ -1,0 +1,53 @@
+#include "sdk/runtime_handle.h"
+
+#include <memory>
+#include <mutex>
+
+namespace torchbridge::sdk {
+namespace {
+std::unique_ptr<RuntimeHandle> registered;
+std::unique_ptr<std::string> registered_name;
+}  // namespace
+
+const std::string& RuntimeHandle::name() const { return *registered_name; }
+
+std::string RuntimeHandle::describe(tb_status status) const {
+  std::string text = table_->status_string(table_->context, status);
+  const char* detail = table_->last_error_message(table_->context);
+  if (detail != nullptr && *detail != '\0') text += ": " + std::string(detail);
+  return text;
+}
+
+void RuntimeHandle::check(tb_status status, const char* call) const {
+  if (status == TB_SUCCESS) return;
+  const std::string message = describe(status);
+  TORCH_CHECK_WITH(OutOfMemoryError, status != TB_ERROR_OUT_OF_MEMORY, "device '", *registered_name,
+                   "': ", call, " failed: ", message);
+  TORCH_CHECK(false, "device '", *registered_name, "': runtime call ", call, " failed: ", message);
+}
+
+int RuntimeHandle::device_count() const {
+  int32_t count = 0;
+  check(table_->device_count(table_->context, &count), "device_count");
+  return count;
+}
+
+tb_device_properties RuntimeHandle::properties(int device) const {
+  tb_device_properties props{};
+  check(table_->device_properties(table_->context, device, &props), "device_properties");
+  return props;
+}
+
+const RuntimeHandle& runtime() {
+  TORCH_CHECK(registered != nullptr, "no TorchBridge SDK device is registered in this process");
+  return *registered;
+}
+
+bool has_runtime() { return registered != nullptr; }
+
+void set_runtime(const tb_runtime* table) {
+  registered_name = std::make_unique<std::string>(table->name);
+  registered = std::make_unique<RuntimeHandle>(table);
+}
+
+}  // namespace torchbridge::sdk

@@ -1,0 +1,91 @@
+#include "sdk/stream_registry.h"
+
+#include "sdk/runtime_handle.h"
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+namespace torchbridge::sdk {
+namespace {
+
+struct DeviceStreams {
+  std::mutex mutex;
+  std::deque<tb_stream> handles;  // index = c10 stream id; a deque keeps growth cheap
+  std::atomic<int> next_pool{0};
+};
+
+std::vector<std::unique_ptr<DeviceStreams>> devices;
+
+DeviceStreams& streams_of(c10::DeviceIndex device) {
+  TORCH_CHECK_INDEX(device >= 0 && static_cast<size_t>(device) < devices.size(), "device index ", int(device),
+                    " is out of range for '", runtime().name(), "' (", devices.size(), " devices)");
+  return *devices[device];
+}
+
+tb_stream create(c10::DeviceIndex device, int priority) {
+  tb_stream handle = nullptr;
+  TB_CALL(stream_create, device, priority, &handle);
+  return handle;
+}
+
+// Current stream id per device for this thread (0, the default stream, until changed).
+std::vector<c10::StreamId>& thread_current() {
+  thread_local std::vector<c10::StreamId> current;
+  if (current.size() < devices.size()) current.resize(devices.size(), 0);
+  return current;
+}
+
+}  // namespace
+
+void init_streams(int device_count) {
+  for (int d = 0; d < device_count; ++d) {
+    auto streams = std::make_unique<DeviceStreams>();
+    for (int i = 0; i <= kStreamPoolSize; ++i) streams->handles.push_back(create(d, 0));
+    devices.push_back(std::move(streams));
+  }
+}
+
+tb_stream native_stream(const c10::Stream& stream) {
+  DeviceStreams& streams = streams_of(stream.device_index());
+  std::lock_guard<std::mutex> lock(streams.mutex);
+  TORCH_CHECK(stream.id() >= 0 && static_cast<size_t>(stream.id()) < streams.handles.size(),
+              "unknown stream id ", stream.id(), " on ", stream.device());
+  return streams.handles[stream.id()];
+}
+
+c10::Stream default_stream(c10::DeviceIndex device) {
+  streams_of(device);
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), 0);
+}
+
+c10::Stream current_stream(c10::DeviceIndex device) {
+  streams_of(device);
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device),
+                     thread_current()[device]);
+}
+
+c10::Stream pool_stream(c10::DeviceIndex device) {
+  DeviceStreams& streams = streams_of(device);
+  const int slot = 1 + streams.next_pool.fetch_add(1) % kStreamPoolSize;
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), slot);
+}
+
+c10::Stream new_stream(c10::DeviceIndex device, int priority) {
+  DeviceStreams& streams = streams_of(device);
+  tb_stream handle = create(device, priority);
+  std::lock_guard<std::mutex> lock(streams.mutex);
+  streams.handles.push_back(handle);
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device),
+                     static_cast<c10::StreamId>(streams.handles.size() - 1));
+}
+
+c10::Stream exchange_current_stream(const c10::Stream& stream) {
+  native_stream(stream);  // validates the id
+  const c10::Stream previous = current_stream(stream.device_index());
+  thread_current()[stream.device_index()] = stream.id();
+  return previous;
+}
+
+}  // namespace torchbridge::sdk
