@@ -39,6 +39,11 @@ void register_autocast() {
 #undef TB_FP32_SET_OPT_DTYPE
 #undef TB_PROMOTE
   m.impl("binary_cross_entropy", TORCH_FN(binary_cross_entropy_banned));
+
+  // Every other operator passes through autocast untouched.
+  static auto* passthrough =
+      new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
+  passthrough->fallback(torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace torchbridge::sdk

@@ -4,6 +4,7 @@
 // that carries the SDK device's generator state, so seeding the device seeds what runs.
 #include "sdk/registration.h"
 
+#include "sdk/fallback.h"
 #include "sdk/generator.h"
 #include "sdk/runtime_handle.h"
 
@@ -59,18 +60,19 @@ void substitute_generators(const c10::OperatorHandle& op, torch::jit::Stack* sta
 }
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const std::string name = c10::toString(op.schema().operator_name());
-  TORCH_CHECK_NOT_IMPLEMENTED(!strict_mode(), "operator ", name, " has no native kernel for device '",
-                              runtime().name(), "', and ", kStrictEnvVar, "=1 forbids running it on the CPU fallback");
-  {
-    std::lock_guard<std::mutex> lock(counts_mutex);
-    ++counts[name];
-  }
+  note_cpu_fallback(c10::toString(op.schema().operator_name()));
   substitute_generators(op, stack);
   at::native::cpu_fallback(op, stack);
 }
 
 }  // namespace
+
+void note_cpu_fallback(const std::string& op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!strict_mode(), "operator ", op, " has no native kernel for device '",
+                              runtime().name(), "', and ", kStrictEnvVar, "=1 forbids running it on the CPU fallback");
+  std::lock_guard<std::mutex> lock(counts_mutex);
+  ++counts[op];
+}
 
 void register_cpu_fallback() {
   static auto* library =

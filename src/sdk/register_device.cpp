@@ -161,6 +161,7 @@ void register_runtime(const tb_runtime* table) {
   (void)guard_registrar;
   at::RegisterPrivateUse1HooksInterface(make_hooks());
   register_native_ops();
+  register_convolution();
   register_cpu_fallback();
   register_autocast();
   declare_to_backend_layer(first.vendor, first.is_real_hardware != 0);

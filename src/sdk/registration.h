@@ -4,6 +4,7 @@
 
 namespace torchbridge::sdk {
 void register_native_ops();
+void register_convolution();
 void register_cpu_fallback();
 void register_autocast();
 }  // namespace torchbridge::sdk
