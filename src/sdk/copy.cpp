@@ -31,12 +31,27 @@ bool same_layout(const at::Tensor& a, const at::Tensor& b) {
          a.is_non_overlapping_and_dense();
 }
 
-void finish(const c10::Stream& stream, bool non_blocking, const void* host_pointer) {
-  if (non_blocking && host_pointer != nullptr && host_allocator().is_pinned(host_pointer)) {
-    host_allocator().record_use(host_pointer, stream);  // keep the pinned block until the copy ran
+// A blocking copy ordered on `stream`. When the stream has nothing queued, the copy runs on the
+// calling thread (memcpy_sync), skipping a round trip through the stream: same ordering, less
+// latency. Otherwise it is queued behind the stream's work and waited for.
+void blocking_copy(void* dst, const void* src, size_t bytes, tb_memcpy_kind kind, const c10::Stream& stream) {
+  const tb_stream handle = native_stream(stream);
+  if (runtime().table().stream_query(runtime().context(), handle) == TB_SUCCESS) {
+    TB_CALL(memcpy_sync, dst, src, bytes, kind);
     return;
   }
-  TB_CALL(stream_synchronize, native_stream(stream));
+  TB_CALL(memcpy_async, dst, src, bytes, kind, handle);
+  TB_CALL(stream_synchronize, handle);
+}
+
+bool pinned_non_blocking(bool non_blocking, const void* host_pointer) {
+  return non_blocking && host_allocator().is_pinned(host_pointer);
+}
+
+// A queued non_blocking copy from or to pinned memory: the pinned block stays alive until the
+// stream has run the copy.
+void finish(const c10::Stream& stream, bool /*non_blocking*/, const void* host_pointer) {
+  host_allocator().record_use(host_pointer, stream);
 }
 
 void raw_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
@@ -44,10 +59,18 @@ void raw_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   if (bytes == 0) return;
   if (!on_sdk_device(src)) {  // host -> device
     const c10::Stream stream = current_stream(dst.device().index());
+    if (!pinned_non_blocking(non_blocking, src.data_ptr())) {
+      blocking_copy(dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_HOST_TO_DEVICE, stream);
+      return;
+    }
     TB_CALL(memcpy_async, dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_HOST_TO_DEVICE, native_stream(stream));
     finish(stream, non_blocking, src.data_ptr());
   } else if (!on_sdk_device(dst)) {  // device -> host
     const c10::Stream stream = current_stream(src.device().index());
+    if (!pinned_non_blocking(non_blocking, dst.data_ptr())) {
+      blocking_copy(dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_DEVICE_TO_HOST, stream);
+      return;
+    }
     TB_CALL(memcpy_async, dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_DEVICE_TO_HOST, native_stream(stream));
     finish(stream, non_blocking, dst.data_ptr());
   } else {  // device -> device, ordered after the source's work and asynchronous to the host
@@ -71,9 +94,7 @@ at::Tensor download(const at::Tensor& t) {
   const int64_t elements = static_cast<int64_t>(bytes / std::max<size_t>(t.element_size(), 1));
   at::Tensor staging = at::empty({elements}, t.options().device(c10::kCPU));
   if (bytes > 0) {
-    const c10::Stream stream = current_stream(t.device().index());
-    TB_CALL(memcpy_async, staging.data_ptr(), t.data_ptr(), bytes, TB_MEMCPY_DEVICE_TO_HOST, native_stream(stream));
-    TB_CALL(stream_synchronize, native_stream(stream));
+    blocking_copy(staging.data_ptr(), t.data_ptr(), bytes, TB_MEMCPY_DEVICE_TO_HOST, current_stream(t.device().index()));
   }
   return staging.as_strided(t.sizes(), t.strides(), 0);
 }
@@ -81,9 +102,7 @@ at::Tensor download(const at::Tensor& t) {
 void upload(const at::Tensor& staging, const at::Tensor& dst) {
   const size_t bytes = span_bytes(dst);
   if (bytes == 0) return;
-  const c10::Stream stream = current_stream(dst.device().index());
-  TB_CALL(memcpy_async, dst.data_ptr(), staging.data_ptr(), bytes, TB_MEMCPY_HOST_TO_DEVICE, native_stream(stream));
-  TB_CALL(stream_synchronize, native_stream(stream));
+  blocking_copy(dst.data_ptr(), staging.data_ptr(), bytes, TB_MEMCPY_HOST_TO_DEVICE, current_stream(dst.device().index()));
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {

@@ -6,6 +6,7 @@
 
 #include "sdk/fallback.h"
 #include "sdk/generator.h"
+#include "sdk/in_place_fallback.h"
 #include "sdk/runtime_handle.h"
 
 #include <torchbridge/sdk/device.h>
@@ -20,7 +21,10 @@ namespace torchbridge::sdk {
 namespace {
 
 std::mutex counts_mutex;
-std::map<std::string, int64_t> counts;
+// Keyed by the operator's registration (stable for the process) so the hot path formats no
+// names; names are only built when counts are read.
+std::map<const void*, std::pair<std::string, int64_t>> counts_by_operator;
+std::map<std::string, int64_t> counts_by_name;  // paths that are not boxed (convolution)
 
 bool strict_mode() {
   const char* value = std::getenv(kStrictEnvVar);
@@ -59,9 +63,22 @@ void substitute_generators(const c10::OperatorHandle& op, torch::jit::Stack* sta
   }
 }
 
+void check_not_strict(const c10::OperatorName& op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!strict_mode(), "operator ", c10::toString(op), " has no native kernel for device '",
+                              runtime().name(), "', and ", kStrictEnvVar, "=1 forbids running it on the CPU fallback");
+}
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  note_cpu_fallback(c10::toString(op.schema().operator_name()));
+  const c10::OperatorName& name = op.operator_name();
+  check_not_strict(name);
+  {
+    std::lock_guard<std::mutex> lock(counts_mutex);
+    auto [it, inserted] = counts_by_operator.try_emplace(&name);
+    if (inserted) it->second.first = c10::toString(name);
+    ++it->second.second;
+  }
   substitute_generators(op, stack);
+  if (run_in_place(op, stack)) return;
   at::native::cpu_fallback(op, stack);
 }
 
@@ -71,7 +88,7 @@ void note_cpu_fallback(const std::string& op) {
   TORCH_CHECK_NOT_IMPLEMENTED(!strict_mode(), "operator ", op, " has no native kernel for device '",
                               runtime().name(), "', and ", kStrictEnvVar, "=1 forbids running it on the CPU fallback");
   std::lock_guard<std::mutex> lock(counts_mutex);
-  ++counts[op];
+  ++counts_by_name[op];
 }
 
 void register_cpu_fallback() {
@@ -82,12 +99,15 @@ void register_cpu_fallback() {
 
 std::map<std::string, int64_t> fallback_counts() {
   std::lock_guard<std::mutex> lock(counts_mutex);
-  return counts;
+  std::map<std::string, int64_t> out = counts_by_name;
+  for (const auto& [key, entry] : counts_by_operator) out[entry.first] += entry.second;
+  return out;
 }
 
 void reset_fallback_counts() {
   std::lock_guard<std::mutex> lock(counts_mutex);
-  counts.clear();
+  counts_by_operator.clear();
+  counts_by_name.clear();
 }
 
 }  // namespace torchbridge::sdk

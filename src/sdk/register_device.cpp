@@ -7,6 +7,7 @@
 #include "sdk/generator.h"
 #include "sdk/guard_impl.h"
 #include "sdk/hooks.h"
+#include "sdk/in_place_fallback.h"
 #include "sdk/registration.h"
 #include "sdk/runtime_handle.h"
 #include "sdk/stream_registry.h"
@@ -155,6 +156,7 @@ void register_runtime(const tb_runtime* table) {
   caching_allocator().init(count);
   init_streams(count);
   init_generators(count);
+  init_host_addressable(count);
   c10::SetAllocator(c10::DeviceType::PrivateUse1, &caching_allocator());
   static auto* guard_registrar =
       new c10::impl::DeviceGuardImplRegistrar(c10::DeviceType::PrivateUse1, make_guard_impl());

@@ -208,12 +208,12 @@ TEST_P(Contract, TransfersAcrossDevicesAreBitExact) {
 
 TEST_P(Contract, PinnedNonBlockingCopiesArriveAfterSynchronize) {
   if (is_cpu()) GTEST_SKIP() << "pinned memory and non_blocking copies concern accelerators";
-  const at::Tensor pinned = at::arange(kMiB, at::TensorOptions().dtype(at::kInt)).pin_memory(device());
-  EXPECT_TRUE(pinned.is_pinned(device()));
+  const at::Tensor pinned = at::arange(kMiB, at::TensorOptions().dtype(at::kInt)).pin_memory();
+  EXPECT_TRUE(pinned.is_pinned());
   const at::Tensor on_device = pinned.to(device(), /*non_blocking=*/true);
   backend().synchronize(0);
   EXPECT_TRUE(bit_equal(on_device.cpu(), pinned));
-  at::Tensor back = at::empty_like(pinned).pin_memory(device());
+  at::Tensor back = at::empty_like(pinned).pin_memory();
   back.copy_(on_device, /*non_blocking=*/true);
   backend().synchronize(0);
   EXPECT_TRUE(bit_equal(back, pinned));
