@@ -68,7 +68,26 @@ void check_not_strict(const c10::OperatorName& op) {
                               runtime().name(), "', and ", kStrictEnvVar, "=1 forbids running it on the CPU fallback");
 }
 
+// Like every torch device: an operator's tensors must live on one device; 0-dim CPU tensors count
+// as scalars. Without this check the fallback would quietly compute across devices.
+void check_one_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t count = op.schema().arguments().size();
+  std::optional<c10::Device> seen;
+  const auto visit = [&](const at::Tensor& t) {
+    if (!t.defined() || (t.is_cpu() && t.dim() == 0)) return;
+    if (!seen) seen = t.device();
+    TORCH_CHECK(*seen == t.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
+                *seen, " and ", t.device(), "! (operator ", c10::toString(op.operator_name()), ")");
+  };
+  for (size_t i = stack.size() - count; i < stack.size(); ++i) {
+    const c10::IValue& value = stack[i];
+    if (value.isTensor()) visit(value.toTensor());
+    else if (value.isTensorList()) for (const at::Tensor& t : value.toTensorList().vec()) visit(t);
+  }
+}
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  check_one_device(op, *stack);
   const c10::OperatorName& name = op.operator_name();
   check_not_strict(name);
   {

@@ -103,10 +103,17 @@ class SdkGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     caching_allocator().recordStream(data_ptr, stream);
   }
 
-  // Every dtype computes on an SDK device: natively where a kernel exists, otherwise through the
-  // CPU fallback, which supports them all.
+  // The dtypes an SDK device computes in: those torch's CPU kernels (the fallback) compute in.
+  // Quantized, bit-packed and fp8 types are storage formats there, not arithmetic, so they are
+  // not claimed.
   c10::DeviceCapability getDeviceCapability(c10::Device /*device*/) const override {
-    return c10::DeviceCapability();
+    c10::DeviceCapability capability;
+    capability.capability_data.capability_bits = 0;
+    auto& has = capability.capability_data.supported_scalar_types;
+    has.has_Bool = has.has_Byte = has.has_Char = has.has_Short = has.has_Int = has.has_Long = 1;
+    has.has_Half = has.has_BFloat16 = has.has_Float = has.has_Double = 1;
+    has.has_ComplexFloat = has.has_ComplexDouble = 1;
+    return capability;
   }
 
   double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/) const override {

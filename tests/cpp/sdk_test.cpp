@@ -1,0 +1,156 @@
+// Device SDK behaviour beyond the backend contract: loading and registration errors, the
+// fallback counters and strict mode, device mismatches, and how the backend layer sees the device.
+#include <torchbridge/registry.h>
+#include <torchbridge/sdk/device.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+
+namespace torchbridge::sdk {
+namespace {
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const c10::Error& e) {
+    return e.msg();
+  }
+  return "<no error>";
+}
+
+c10::Device emu(int index = 0) {
+  load_device("emu");
+  return c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index));
+}
+
+TEST(Sdk, LoadingByBackendNameRegistersTheDevice) {
+  EXPECT_FALSE(registered_device().has_value());
+  const auto backend = create_backend("emu");  // no other step
+  EXPECT_EQ(registered_device(), "emu");
+  EXPECT_EQ(c10::get_privateuse1_backend(), "emu");
+  EXPECT_EQ(backend->device_count(), 2);
+  const DeviceInfo info = backend->info(1);
+  EXPECT_EQ(info.name, "TorchBridge emulated accelerator");
+  EXPECT_EQ(info.vendor, "TorchBridge");
+  EXPECT_EQ(info.total_memory_bytes, 1ull << 30);
+  EXPECT_FALSE(backend->is_real_hardware());
+  const auto devices = available_devices();
+  EXPECT_NE(std::find(devices.begin(), devices.end(), "emu"), devices.end());
+}
+
+TEST(Sdk, DetectionDoesNotPreferAnEmulatorOverTheCpu) {
+  load_device("emu");
+  unsetenv("TORCHBRIDGE_BACKEND");
+  if (BackendRegistry::instance().lookup("cuda")->is_available()) GTEST_SKIP() << "a GPU outranks both";
+  EXPECT_EQ(detect_best_backend(), "cpu");
+  setenv("TORCHBRIDGE_BACKEND", "emu", 1);
+  EXPECT_EQ(detect_best_backend(), "emu");
+  unsetenv("TORCHBRIDGE_BACKEND");
+}
+
+TEST(Sdk, CapacityIsConfigurableAndOutOfMemoryIsReal) {
+  setenv("TORCHBRIDGE_EMU_MEMORY", "64M", 1);
+  setenv("TORCHBRIDGE_EMU_DEVICES", "3", 1);
+  const auto backend = create_backend("emu");
+  EXPECT_EQ(backend->device_count(), 3);
+  EXPECT_EQ(backend->info(0).total_memory_bytes, 64ull << 20);
+  const auto options = at::TensorOptions().dtype(at::kByte).device(emu());
+  const at::Tensor fits = at::empty({40 << 20}, options);
+  EXPECT_THROW(at::empty({40 << 20}, options), c10::OutOfMemoryError);
+}
+
+TEST(Sdk, BadRuntimeOptionsAreClearErrors) {
+  setenv("TORCHBRIDGE_EMU_MEMORY", "0", 1);
+  const std::string message = error_of([] { load_device("emu"); });
+  EXPECT_NE(message.find("failed to start"), std::string::npos) << message;
+  EXPECT_NE(message.find("TORCHBRIDGE_EMU_MEMORY='0'"), std::string::npos) << message;
+  EXPECT_FALSE(registered_device().has_value());
+}
+
+TEST(Sdk, UnknownAndMalformedDeviceNames) {
+  const std::string missing = error_of([] { load_device("warpcore"); });
+  EXPECT_NE(missing.find("libtorchbridge_device_warpcore.so"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("TORCHBRIDGE_DEVICE_PATH"), std::string::npos) << missing;
+  const std::string malformed = error_of([] { load_device("../emu"); });
+  EXPECT_NE(malformed.find("invalid device name '../emu'"), std::string::npos) << malformed;
+}
+
+TEST(Sdk, TheSinglePrivateUse1SlotIsNotTakenTwice) {
+  load_device("emu");
+  tb_runtime other = {};
+  other.struct_size = sizeof(tb_runtime);
+  other.abi_version = TB_RUNTIME_ABI_VERSION;
+  other.name = "other";
+  // A table with NULL entries is rejected naming the first missing entry...
+  EXPECT_NE(error_of([&] { register_runtime(&other); }).find("leaves entry status_string NULL"), std::string::npos);
+  // ...and a complete, valid one is refused because the slot already holds emu.
+  void* library = dlopen(TORCHBRIDGE_EMU_LIBRARY_PATH, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr);
+  const char* error = nullptr;
+  const tb_runtime* emu_table = reinterpret_cast<tb_runtime_entry_fn>(dlsym(library, TB_RUNTIME_ENTRY_SYMBOL))(&error);
+  ASSERT_NE(emu_table, nullptr) << error;
+  tb_runtime renamed = *emu_table;
+  renamed.name = "other";
+  const std::string message = error_of([&] { register_runtime(&renamed); });
+  EXPECT_NE(message.find("single PrivateUse1 slot"), std::string::npos) << message;
+  EXPECT_NE(message.find("'emu'"), std::string::npos) << message;
+  EXPECT_NO_THROW(load_device("emu"));  // loading the registered device again is a no-op
+  EXPECT_EQ(registered_device(), "emu");
+}
+
+TEST(Sdk, AbiVersionMismatchIsRejected) {
+  tb_runtime future = {};
+  future.struct_size = sizeof(tb_runtime);
+  future.abi_version = TB_RUNTIME_ABI_VERSION + 1;
+  future.name = "future";
+  const std::string message = error_of([&] { register_runtime(&future); });
+  EXPECT_NE(message.find("ABI version"), std::string::npos) << message;
+}
+
+TEST(Sdk, FallbackIsCountedPerOperator) {
+  const c10::Device device = emu();
+  reset_fallback_counts();
+  const at::Tensor x = at::ones({4}, at::TensorOptions().device(device));
+  const at::Tensor y = (x * 3).exp();
+  EXPECT_EQ(y.device(), device);
+  const auto counts = fallback_counts();
+  EXPECT_EQ(counts.at("aten::mul.out"), 1);
+  EXPECT_EQ(counts.at("aten::exp.out"), 1);
+  EXPECT_EQ(counts.count("aten::fill_.Scalar"), 0u) << "fill_ is native, not a fallback";
+}
+
+TEST(Sdk, StrictModeRaisesInsteadOfFallingBack) {
+  const c10::Device device = emu();
+  setenv(kStrictEnvVar, "1", 1);
+  const at::Tensor x = at::ones({4}, at::TensorOptions().device(device));  // native ops still work
+  const std::string message = error_of([&] { x.exp(); });
+  unsetenv(kStrictEnvVar);
+  EXPECT_NE(message.find("aten::exp"), std::string::npos) << message;
+  EXPECT_NE(message.find("TORCHBRIDGE_SDK_STRICT=1"), std::string::npos) << message;
+  EXPECT_NO_THROW(x.exp());
+}
+
+TEST(Sdk, MixingDevicesIsAnErrorNotASilentHostComputation) {
+  const at::Tensor on_emu = at::ones({4}, at::TensorOptions().device(emu()));
+  const std::string message = error_of([&] { at::add(on_emu, at::ones({4})); });
+  EXPECT_NE(message.find("Expected all tensors to be on the same device"), std::string::npos) << message;
+  const at::Tensor on_second = at::ones({4}, at::TensorOptions().device(emu(1)));
+  EXPECT_NE(error_of([&] { at::add(on_emu, on_second); }).find("same device"), std::string::npos);
+  // A 0-dim CPU tensor is a scalar and allowed, as on CUDA.
+  EXPECT_EQ(at::add(on_emu, at::scalar_tensor(2.0)).sum().item<float>(), 12.0f);
+}
+
+TEST(Sdk, GuardedDeviceMemoryIsNotHostReadable) {
+  setenv("TORCHBRIDGE_EMU_GUARDED", "1", 1);
+  const at::Tensor t = at::ones({1024}, at::TensorOptions().device(emu()));
+  EXPECT_FALSE(create_backend("emu")->info(0).features.unified_memory);
+  const float* device_pointer = t.data_ptr<float>();
+  EXPECT_DEATH({ volatile float v = device_pointer[0]; (void)v; }, "");
+}
+
+}  // namespace
+}  // namespace torchbridge::sdk
