@@ -1,0 +1,65 @@
+// Command dispatch shared by the C++ binary (main.cpp) and the Python package's console script.
+#include "arguments.h"
+#include "commands.h"
+#include "text_format.h"
+
+#include <torchbridge/version.h>
+
+#include <torch/version.h>
+
+#include <iostream>
+
+namespace torchbridge::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: torchbridge [--version] [--help] COMMAND [ARGS]
+
+Commands:
+  info      every backend, available or not and why, with device descriptions and memory
+  doctor    check this installation and every device; exit 0 healthy, 1 failure, 2 warnings
+  run       (Python package only) run a CUDA program redirected to this machine's accelerator
+
+Run 'torchbridge COMMAND --help' for a command's options.
+)";
+
+int dispatch(const std::vector<std::string>& argv) {
+  if (argv.empty()) {
+    std::cerr << kUsage;
+    return 1;
+  }
+  const std::string& command = argv[0];
+  const std::vector<std::string> rest(argv.begin() + 1, argv.end());
+  if (command == "--help" || command == "-h" || command == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (command == "--version") {
+    std::cout << "torchbridge " << torchbridge::library_version() << " (torch " << TORCH_VERSION << ")\n";
+    return 0;
+  }
+  if (command == "info") return run_info(rest);
+  if (command == "doctor") return run_doctor(rest);
+  if (command == "run") {
+    std::cerr << "torchbridge: 'run' needs Python: it is provided by the TorchBridge Python package's "
+                 "`torchbridge` command (pip install . from the repository), not by this C++ binary\n";
+    return 1;
+  }
+  throw UsageError("unknown command '" + command + "'; valid commands: info, doctor, run (Python package)");
+}
+}  // namespace
+
+int run_cli(const std::vector<std::string>& argv) {
+  try {
+    const int code = dispatch(argv);
+    std::cout.flush();
+    return code;
+  } catch (const UsageError& e) {
+    std::cerr << "torchbridge: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "torchbridge: error: " << first_line(e.what()) << "\n";
+    return 1;
+  }
+}
+
+}  // namespace torchbridge::cli
