@@ -23,6 +23,9 @@ enum class OptLevel { O0, O1, O2, O3 };
 std::string to_string(OptLevel level);
 // Parses "O0".."O3" (case-insensitive); anything else raises naming the valid levels.
 OptLevel parse_opt_level(const std::string& text);
+// Raises NotImplementedError for levels not built yet (O1-O3), never silently running O0.
+// Shared by the C++ and Python prepare_model.
+void require_supported_opt_level(OptLevel level);
 
 // Why a backend can or cannot be used in this process.
 enum class AvailabilityStatus {

@@ -7,9 +7,7 @@ namespace torchbridge {
 
 void Backend::prepare_model(torch::nn::Module& module, OptLevel level, int index) const {
   const c10::Device target = device(index);
-  TORCH_CHECK_NOT_IMPLEMENTED(level == OptLevel::O0, "optimization level ", to_string(level),
-                              " is not yet supported by TorchBridge (only O0 exists so far); "
-                              "refusing to run O0 in its place");
+  require_supported_opt_level(level);
   module.to(target);
 }
 

@@ -35,13 +35,18 @@ class SdkGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     runtime().table().set_device(runtime().context(), device.index());
   }
 
-  c10::Stream getStream(c10::Device device) const override { return current_stream(device.index()); }
-  c10::Stream getDefaultStream(c10::Device device) const override { return default_stream(device.index()); }
+  // A device without an index (torch.Stream("emu")) means the current device.
+  c10::DeviceIndex resolve(c10::DeviceIndex index) const { return index >= 0 ? index : getDevice().index(); }
+
+  c10::Stream getStream(c10::Device device) const override { return current_stream(resolve(device.index())); }
+  c10::Stream getDefaultStream(c10::Device device) const override {
+    return default_stream(resolve(device.index()));
+  }
   c10::Stream getStreamFromGlobalPool(c10::Device device, bool /*high_priority*/) const override {
-    return pool_stream(device.index());
+    return pool_stream(resolve(device.index()));
   }
   c10::Stream getNewStream(c10::Device device, int priority) const override {
-    return new_stream(device.index(), priority);
+    return new_stream(resolve(device.index()), priority);
   }
   c10::Stream exchangeStream(c10::Stream stream) const override { return exchange_current_stream(stream); }
 
@@ -96,7 +101,7 @@ class SdkGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
-    TB_CALL(device_synchronize, device_index);
+    TB_CALL(device_synchronize, resolve(device_index));
   }
 
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream) const override {

@@ -1,0 +1,149 @@
+// torchbridge._C: the Python face of libtorchbridge. Descriptions cross as the same JSON the CLI
+// prints (cli/json_report.cpp), so there is one encoding of DeviceInfo and MemoryStats.
+#include "commands.h"
+#include "json_report.h"
+
+#include <torchbridge/registry.h>
+#include <torchbridge/sdk/device.h>
+#include <torchbridge/version.h>
+
+#include <ATen/core/Generator.h>
+#include <ATen/Context.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+
+namespace py = pybind11;
+using namespace torchbridge;
+
+namespace {
+
+// c10 errors become the Python exceptions torch itself raises, without the C++ backtrace.
+void register_exceptions() {
+  py::register_exception_translator([](std::exception_ptr pointer) {
+    try {
+      if (pointer) std::rethrow_exception(pointer);
+    } catch (const c10::OutOfMemoryError& e) {
+      PyErr_SetString(py::module_::import("torch").attr("OutOfMemoryError").ptr(), e.msg().c_str());
+    } catch (const c10::IndexError& e) {
+      PyErr_SetString(PyExc_IndexError, e.msg().c_str());
+    } catch (const c10::ValueError& e) {
+      PyErr_SetString(PyExc_ValueError, e.msg().c_str());
+    } catch (const c10::NotImplementedError& e) {
+      PyErr_SetString(PyExc_NotImplementedError, e.msg().c_str());
+    } catch (const c10::Error& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.msg().c_str());
+    }
+  });
+}
+
+at::Generator device_generator(const std::string& device_type, int index) {
+  return at::globalContext().defaultGenerator(c10::Device(device_type + ":" + std::to_string(index)));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "TorchBridge C++ core";
+  m.attr("__version__") = library_version();
+  register_exceptions();
+
+  py::class_<Backend, std::shared_ptr<Backend>>(m, "Backend")
+      .def_property_readonly("name", &Backend::name)
+      .def_property_readonly("device_type",
+                             [](const Backend& b) { return c10::DeviceTypeName(b.device_type(), true); })
+      .def("availability",
+           [](const Backend& b) {
+             const Availability a = b.availability();
+             return py::make_tuple(to_string(a.status), a.reason);
+           })
+      .def("is_available", &Backend::is_available)
+      .def("is_real_hardware", &Backend::is_real_hardware)
+      .def("device_count", &Backend::device_count)
+      // (type, index) of torch's device; index None for the CPU, which torch names without one.
+      .def("device",
+           [](const Backend& b, int index) {
+             const c10::Device d = b.device(index);
+             return py::make_tuple(c10::DeviceTypeName(d.type(), true),
+                                   d.has_index() ? py::cast(int(d.index())) : py::none());
+           },
+           py::arg("index") = 0)
+      .def("info_json", [](const Backend& b, int index) { return cli::to_json(b.info(index)).dump(); },
+           py::arg("index") = 0)
+      .def("memory_stats_json", [](const Backend& b, int index) { return cli::to_json(b.memory_stats(index)).dump(); },
+           py::arg("index") = 0)
+      .def("reset_peak_memory_stats", &Backend::reset_peak_memory_stats, py::arg("index") = 0)
+      .def("empty_cache", &Backend::empty_cache)
+      .def("synchronize", &Backend::synchronize, py::arg("index") = 0, py::call_guard<py::gil_scoped_release>());
+
+  m.def("lookup", [](const std::string& name) { return BackendRegistry::instance().lookup(name); });
+  m.def("create", [](const std::string& name) { return BackendRegistry::instance().create(name); });
+  m.def("detect_best_backend", [] { return BackendRegistry::instance().detect_best_backend(); });
+  m.def("valid_names", [] { return BackendRegistry::instance().valid_names(); });
+  m.def("backend_names", [] {
+    std::vector<std::string> names;
+    for (const auto& entry : BackendRegistry::instance().entries()) names.push_back(entry.name);
+    return names;
+  });
+  m.def("require_supported_opt_level", [](const std::string& level) {
+    const OptLevel parsed = parse_opt_level(level);
+    require_supported_opt_level(parsed);
+    return to_string(parsed);
+  });
+
+  m.def("load_device", &sdk::load_device, py::arg("name"));
+  // Device selection of the PrivateUse1 device, answered by its registered guard (torch's own
+  // torch.accelerator delegates to the device module, which is answered from here).
+  m.def("privateuse1_current_device", [] {
+    return int(c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index());
+  });
+  m.def("privateuse1_set_device", [](int index) {
+    const auto* guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1);
+    TORCH_CHECK_INDEX(index >= 0 && index < guard->deviceCount(), "device index ", index, " is out of range (",
+                      int(guard->deviceCount()), " devices)");
+    guard->setDevice(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index)));
+  });
+  m.def("registered_device", &sdk::registered_device);
+  m.def("available_devices", &sdk::available_devices);
+  m.def("fallback_counts", &sdk::fallback_counts);
+  m.def("reset_fallback_counts", &sdk::reset_fallback_counts);
+
+  // Default generators of accelerator devices (state crosses as bytes).
+  m.def("generator_manual_seed", [](const std::string& type, int index, uint64_t seed) {
+    at::Generator g = device_generator(type, index);
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_current_seed(seed);
+  });
+  m.def("generator_seed", [](const std::string& type, int index) {
+    at::Generator g = device_generator(type, index);
+    std::lock_guard<std::mutex> lock(g.mutex());
+    return g.seed();
+  });
+  m.def("generator_initial_seed", [](const std::string& type, int index) {
+    return device_generator(type, index).current_seed();
+  });
+  m.def("generator_get_state", [](const std::string& type, int index) {
+    at::Generator g = device_generator(type, index);
+    std::lock_guard<std::mutex> lock(g.mutex());
+    const at::Tensor state = g.get_state();
+    return py::bytes(static_cast<const char*>(state.data_ptr()), state.numel());
+  });
+  m.def("generator_set_state", [](const std::string& type, int index, const std::string& state) {
+    at::Generator g = device_generator(type, index);
+    at::Tensor tensor = at::empty({static_cast<int64_t>(state.size())}, at::kByte);
+    std::memcpy(tensor.data_ptr(), state.data(), state.size());
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_state(tensor);
+  });
+
+  m.def("run_cli", [](const std::vector<std::string>& argv) {
+    py::gil_scoped_release release;
+    return cli::run_cli(argv);
+  });
+}

@@ -1,0 +1,74 @@
+"""Google TPUs through torch_xla (the C++ core cannot reach them)."""
+
+import torch
+
+_MISSING = (
+    "TPUBackend needs the torch_xla package, which is not installed here "
+    "(TPUs are driven through torch_xla: pip install torch_xla)"
+)
+
+
+def _xla():
+    try:
+        import torch_xla  # noqa: F401
+        import torch_xla.core.xla_model as xm
+    except ImportError as error:
+        raise RuntimeError(_MISSING) from error
+    return xm
+
+
+class TPUBackend:
+    """TPU devices through torch_xla. Raises a clear error naming the missing package when
+    torch_xla is not installed."""
+
+    backend_name = "tpu"
+
+    def __init__(self, name: "str | None" = None, device_index: int = 0):
+        self._xm = _xla()
+        self._devices = self._xm.get_xla_supported_devices()
+        if not self._devices:
+            raise RuntimeError("torch_xla is installed but reports no TPU device")
+        if not 0 <= device_index < len(self._devices):
+            raise IndexError(
+                f"device index {device_index} is out of range for backend 'tpu', which has "
+                f"{len(self._devices)} devices (valid indices: 0..{len(self._devices) - 1})"
+            )
+        self._index = device_index
+
+    @property
+    def name(self) -> str:
+        return "tpu"
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self._devices[self._index])
+
+    def device_count(self) -> int:
+        return len(self._devices)
+
+    def is_available(self) -> bool:
+        return True
+
+    def get_memory_stats(self) -> dict:
+        memory = self._xm.get_memory_info(self.device)
+        used, limit = memory.get("bytes_used"), memory.get("bytes_limit")
+        return {"allocated_bytes": used, "total_bytes": limit,
+                "free_bytes": None if used is None or limit is None else limit - used,
+                "source": "torch_xla.core.xla_model.get_memory_info"}
+
+    def get_device_info(self) -> dict:
+        stats = self.get_memory_stats()
+        total, free = stats["total_bytes"], stats["free_bytes"]
+        return {"name": self._devices[self._index], "vendor": "Google", "backend": "tpu", "index": self._index,
+                "device_type": "xla", "total_memory_bytes": total, "free_memory_bytes": free,
+                "memory_total_gb": None if total is None else total / 1024**3,
+                "memory_available_gb": None if free is None else free / 1024**3}
+
+    def synchronize(self) -> None:
+        self._xm.wait_device_ops()
+
+    def prepare_model(self, model: torch.nn.Module, optimization_level: str = "O0") -> torch.nn.Module:
+        from .. import _C
+
+        _C.require_supported_opt_level(optimization_level)
+        return model.to(self.device)

@@ -1,0 +1,147 @@
+"""Loading TorchBridge SDK devices (e.g. the emulated accelerator ``emu``) into this process."""
+
+import json
+import os
+import types
+
+import torch
+
+from . import _C
+
+#: Environment variable naming an SDK device to load when torchbridge is imported, for programs
+#: that cannot be edited.
+LOAD_ENV_VAR = "TORCHBRIDGE_LOAD_DEVICE"
+
+
+def load(name: str) -> None:
+    """Registers SDK device ``name`` as PyTorch's PrivateUse1 device.
+
+    Afterwards ``torch.randn(2, device=name)``, ``torch.accelerator.*`` and
+    ``torch.accelerator.memory_*`` work, and ``torch.<name>`` is the device's module. Loading the
+    device that is already loaded does nothing; loading a second one raises, since PyTorch has a
+    single PrivateUse1 slot.
+    """
+    _C.load_device(name)
+    _integrate_with_torch(name)
+
+
+def loaded() -> "str | None":
+    """Name of the SDK device loaded in this process, if any."""
+    return _C.registered_device()
+
+
+def available() -> "list[str]":
+    """Names of the SDK device libraries TorchBridge can find."""
+    return list(_C.available_devices())
+
+
+def fallback_counts() -> "dict[str, int]":
+    """How often each operator ran on the SDK device's CPU fallback since the last reset."""
+    return dict(_C.fallback_counts())
+
+
+def reset_fallback_counts() -> None:
+    _C.reset_fallback_counts()
+
+
+def _integrate_with_torch(name: str) -> None:
+    if torch._C._get_privateuse1_backend_name() != name:
+        torch.utils.rename_privateuse1_backend(name)
+    if not hasattr(torch, name):
+        torch._register_device_module(name, _device_module(name))
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+        )
+
+
+def _device_module(name: str) -> types.ModuleType:
+    """The ``torch.<name>`` module PyTorch expects of a PrivateUse1 device (seeding, RNG state,
+    device selection), answered by the C++ core."""
+    module = types.ModuleType(f"torch.{name}")
+
+    def device_count() -> int:
+        return _C.lookup(name).device_count()
+
+    def current_device() -> int:
+        return _C.privateuse1_current_device()
+
+    def index(device=None) -> int:
+        if device is None:
+            return current_device()
+        if isinstance(device, int):
+            return device
+        device = torch.device(device)
+        return device.index if device.index is not None else current_device()
+
+    def manual_seed(seed: int) -> None:
+        _C.generator_manual_seed(name, current_device(), int(seed))
+
+    def manual_seed_all(seed: int) -> None:
+        for i in range(device_count()):
+            _C.generator_manual_seed(name, i, int(seed))
+
+    def seed() -> None:
+        _C.generator_seed(name, current_device())
+
+    def seed_all() -> None:
+        for i in range(device_count()):
+            _C.generator_seed(name, i)
+
+    def initial_seed() -> int:
+        return _C.generator_initial_seed(name, current_device())
+
+    def get_rng_state(device=None) -> torch.Tensor:
+        state = _C.generator_get_state(name, index(device))
+        return torch.frombuffer(bytearray(state), dtype=torch.uint8)
+
+    def set_rng_state(new_state: torch.Tensor, device=None) -> None:
+        _C.generator_set_state(name, index(device), bytes(new_state.contiguous().to(torch.uint8).numpy()))
+
+    def get_rng_state_all():
+        return [get_rng_state(i) for i in range(device_count())]
+
+    def set_rng_state_all(states) -> None:
+        for i, state in enumerate(states):
+            set_rng_state(state, i)
+
+    class device:
+        """Context manager that makes a device current and restores the previous one."""
+
+        def __init__(self, device):
+            self.index = -1 if device is None else index(device)
+            self.previous = -1
+
+        def __enter__(self):
+            if self.index >= 0:
+                self.previous = current_device()
+                _C.privateuse1_set_device(self.index)
+            return self
+
+        def __exit__(self, *exc_info):
+            if self.previous >= 0:
+                _C.privateuse1_set_device(self.previous)
+            return False
+
+    module.device = device
+
+    def get_amp_supported_dtype():
+        """Autocast dtypes: the reduced-precision floats the device reports it computes in."""
+        names = json.loads(_C.lookup(name).info_json(0))["supported_dtypes"]
+        return [getattr(torch, n) for n in ("float16", "bfloat16") if n in names]
+
+    module.get_amp_supported_dtype = get_amp_supported_dtype
+    for function in (device_count, current_device, manual_seed, manual_seed_all, seed, seed_all, initial_seed,
+                     get_rng_state, set_rng_state, get_rng_state_all, set_rng_state_all):
+        setattr(module, function.__name__, function)
+    module.is_available = lambda: device_count() > 0
+    module.set_device = lambda device: _C.privateuse1_set_device(index(device))
+    module.synchronize = lambda device=None: _C.lookup(name).synchronize(index(device))
+    module._is_in_bad_fork = lambda: False
+    module.is_initialized = lambda: True
+    return module
+
+
+def _load_from_environment() -> None:
+    requested = os.environ.get(LOAD_ENV_VAR, "").strip()
+    if requested:
+        load(requested)
