@@ -50,3 +50,14 @@ if [[ ! -f build/build.ninja ]]; then
 fi
 log "building (this takes a few minutes on a clean 2-core machine; ccache makes rebuilds fast)"
 cmake --build build -j "${TORCHBRIDGE_JOBS:-2}"
+
+# ---- 4. The Python package, into .venv (reinstalled only when its sources changed) --------------
+# No build isolation: the extension must compile against the torch installed above.
+package_hash="$(find python src include cli devices cmake -type f -print0 | sort -z | xargs -0 sha256sum \
+  | cat - pyproject.toml CMakeLists.txt VERSION | sha256sum | cut -d' ' -f1)"
+package_stamp="$ROOT/.venv/.torchbridge-package"
+if [[ ! -f "$package_stamp" || "$(cat "$package_stamp")" != "$package_hash" ]]; then
+  log "installing the torchbridge Python package into .venv"
+  "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps "$ROOT"
+  echo "$package_hash" >"$package_stamp"
+fi

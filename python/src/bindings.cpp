@@ -110,6 +110,7 @@ PYBIND11_MODULE(_C, m) {
     guard->setDevice(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index)));
   });
   m.def("registered_device", &sdk::registered_device);
+  m.def("in_bad_fork", &sdk::in_bad_fork);
   m.def("available_devices", &sdk::available_devices);
   m.def("fallback_counts", &sdk::fallback_counts);
   m.def("reset_fallback_counts", &sdk::reset_fallback_counts);

@@ -136,7 +136,7 @@ def _device_module(name: str) -> types.ModuleType:
     module.is_available = lambda: device_count() > 0
     module.set_device = lambda device: _C.privateuse1_set_device(index(device))
     module.synchronize = lambda device=None: _C.lookup(name).synchronize(index(device))
-    module._is_in_bad_fork = lambda: False
+    module._is_in_bad_fork = _C.in_bad_fork
     module.is_initialized = lambda: True
     return module
 

@@ -345,7 +345,8 @@ SdkCachingAllocator& instance() {
 }
 
 void delete_block(void* context) {
-  if (context != nullptr) instance().free(static_cast<Block*>(context));
+  // In a forked child the memory belongs to the parent's runtime: nothing to give back.
+  if (context != nullptr && !in_bad_fork()) instance().free(static_cast<Block*>(context));
 }
 
 }  // namespace

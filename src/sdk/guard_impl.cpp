@@ -32,6 +32,7 @@ class SdkGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   void uncheckedSetDevice(c10::Device device) const noexcept override {
+    if (in_bad_fork()) return;
     runtime().table().set_device(runtime().context(), device.index());
   }
 
@@ -51,6 +52,7 @@ class SdkGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Stream exchangeStream(c10::Stream stream) const override { return exchange_current_stream(stream); }
 
   c10::DeviceIndex deviceCount() const noexcept override {
+    if (in_bad_fork()) return 0;  // noexcept: the next real use raises the explanation
     int32_t count = 0;
     if (runtime().table().device_count(runtime().context(), &count) != TB_SUCCESS) return 0;
     return static_cast<c10::DeviceIndex>(count);
@@ -82,7 +84,7 @@ class SdkGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
-    if (event != nullptr) runtime().table().event_destroy(runtime().context(), static_cast<tb_event>(event));
+    if (event != nullptr && !in_bad_fork()) runtime().table().event_destroy(runtime().context(), static_cast<tb_event>(event));
   }
 
   bool queryStream(const c10::Stream& stream) const override {

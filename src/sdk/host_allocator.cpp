@@ -96,7 +96,9 @@ SdkHostAllocator& instance() {
   return *allocator;
 }
 
-void delete_host_block(void* pointer) { instance().release(pointer); }
+void delete_host_block(void* pointer) {
+  if (!in_bad_fork()) instance().release(pointer);  // a forked child owns none of it
+}
 
 }  // namespace
 

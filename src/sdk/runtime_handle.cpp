@@ -1,5 +1,8 @@
 #include "sdk/runtime_handle.h"
 
+#include <pthread.h>
+
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -7,7 +10,14 @@ namespace torchbridge::sdk {
 namespace {
 std::unique_ptr<RuntimeHandle> registered;
 std::unique_ptr<std::string> registered_name;
+std::atomic<bool> forked_child{false};
+
+// A forked child inherits the runtime's memory but none of its threads (stream workers, driver
+// threads), so any use would hang or corrupt state. It raises instead, like CUDA's "bad fork".
+void mark_forked_child() { forked_child = true; }
 }  // namespace
+
+bool in_bad_fork() { return forked_child; }
 
 const std::string& RuntimeHandle::name() const { return *registered_name; }
 
@@ -40,6 +50,9 @@ tb_device_properties RuntimeHandle::properties(int device) const {
 
 const RuntimeHandle& runtime() {
   TORCH_CHECK(registered != nullptr, "no TorchBridge SDK device is registered in this process");
+  TORCH_CHECK(!forked_child, "device '", *registered_name, "' cannot be used in a forked child process: its "
+              "runtime was initialized in the parent. Use the 'spawn' or 'forkserver' multiprocessing start "
+              "method (e.g. DataLoader(multiprocessing_context='spawn')) to use the device in subprocesses");
   return *registered;
 }
 
@@ -48,6 +61,7 @@ bool has_runtime() { return registered != nullptr; }
 void set_runtime(const tb_runtime* table) {
   registered_name = std::make_unique<std::string>(table->name);
   registered = std::make_unique<RuntimeHandle>(table);
+  pthread_atfork(nullptr, nullptr, &mark_forked_child);
 }
 
 }  // namespace torchbridge::sdk

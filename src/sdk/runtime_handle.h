@@ -2,6 +2,7 @@
 // The registered vendor runtime, with every call checked: a failed tb_status becomes a c10::Error
 // carrying the runtime's own message. Internal to the SDK glue.
 
+#include <torchbridge/sdk/device.h>
 #include <torchbridge/sdk/runtime.h>
 
 #include <c10/util/Exception.h>
@@ -33,6 +34,7 @@ class RuntimeHandle {
 // The runtime registered in this process; raises when none is.
 const RuntimeHandle& runtime();
 bool has_runtime();
+// (in_bad_fork() is declared in <torchbridge/sdk/device.h>.)
 void set_runtime(const tb_runtime* table);
 
 // Calls `table().ENTRY(context(), args...)` and checks the result.

@@ -33,6 +33,8 @@ void load_device(const std::string& name);
 std::vector<std::string> available_devices();
 // Name of the SDK device registered in this process, if any.
 std::optional<std::string> registered_device();
+// True in a process forked after the device was registered: the device cannot be used there.
+bool in_bad_fork();
 
 // How often each operator ("aten::add.Tensor") ran on the CPU fallback since the last reset.
 std::map<std::string, int64_t> fallback_counts();

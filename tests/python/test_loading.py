@@ -1,0 +1,40 @@
+"""How SDK devices get loaded: explicitly, by environment variable, or by naming them."""
+
+import pytest
+
+from conftest import run_python
+
+
+def test_environment_variable_loads_the_device_on_import():
+    result = run_python("import torch, torchbridge; print(torchbridge.devices.loaded(), torch.randn(2, device='emu').device)",
+                        env={"TORCHBRIDGE_LOAD_DEVICE": "emu"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["emu", "emu:0"]
+
+
+def test_naming_the_device_in_the_factory_loads_it():
+    result = run_python("import torch, torchbridge; b = torchbridge.BackendFactory.create('emu'); "
+                        "print(b.device, b.get_device_info()['name'], torch.ones(1, device=b.device).device)")
+    assert result.returncode == 0, result.stderr
+    assert "emu:0 TorchBridge emulated accelerator emu:0" in result.stdout
+
+
+def test_override_to_an_sdk_device_loads_it():
+    result = run_python("import torchbridge; print(torchbridge.BackendFactory.create().name)",
+                        env={"TORCHBRIDGE_BACKEND": "emu"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "emu"
+
+
+@pytest.mark.parametrize("name,message", [("nosuchdevice", "no device library libtorchbridge_device_nosuchdevice.so"),
+                                          ("../emu", "invalid device name")])
+def test_bad_device_names(name, message):
+    result = run_python(f"import torchbridge; torchbridge.devices.load({name!r})")
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_bad_device_options_are_reported():
+    result = run_python("import torchbridge; torchbridge.devices.load('emu')", env={"TORCHBRIDGE_EMU_DEVICES": "0"})
+    assert result.returncode != 0
+    assert "TORCHBRIDGE_EMU_DEVICES" in result.stderr and "failed to start" in result.stderr
