@@ -6,5 +6,6 @@
 #include <torchbridge/health.h>
 #include <torchbridge/memory_stats.h>
 #include <torchbridge/privateuse1.h>
+#include <torchbridge/redirect.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/version.h>

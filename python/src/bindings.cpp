@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "json_report.h"
 
+#include <torchbridge/redirect.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/sdk/device.h>
 #include <torchbridge/version.h>
@@ -97,6 +98,12 @@ PYBIND11_MODULE(_C, m) {
     return to_string(parsed);
   });
 
+  m.def("resolve_device", [](const std::string& requested, const std::string& target) {
+    const DeviceResolution r = resolve_device(requested, target);
+    return py::make_tuple(c10::DeviceTypeName(r.device.type(), true),
+                          r.device.has_index() ? py::cast(int(r.device.index())) : py::none(), r.redirected,
+                          r.index_wrapped);
+  });
   m.def("load_device", &sdk::load_device, py::arg("name"));
   // Device selection of the PrivateUse1 device, answered by its registered guard (torch's own
   // torch.accelerator delegates to the device module, which is answered from here).

@@ -1,0 +1,48 @@
+// The device-redirection policy shared by C++ programs and the Python package.
+#include <torchbridge/redirect.h>
+#include <torchbridge/registry.h>
+
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+namespace torchbridge {
+namespace {
+
+bool cuda_here() { return BackendRegistry::instance().lookup("cuda")->is_available(); }
+
+TEST(Redirect, MissingAcceleratorsGoToTheTarget) {
+  if (cuda_here()) GTEST_SKIP() << "CUDA is available, so cuda requests stay";
+  const DeviceResolution r = resolve_device("cuda:0", "cpu");
+  EXPECT_EQ(r.device, c10::Device(c10::kCPU));
+  EXPECT_TRUE(r.redirected);
+  EXPECT_EQ(resolve_device("mps", "cpu").device, c10::Device(c10::kCPU));
+  EXPECT_EQ(resolve_device("xpu:3", "cpu").device, c10::Device(c10::kCPU));
+}
+
+TEST(Redirect, CpuStaysAndCpuMinusOneForcesTheCpu) {
+  const DeviceResolution cpu = resolve_device("cpu", "cpu");
+  EXPECT_EQ(cpu.device, c10::Device(c10::kCPU));
+  EXPECT_FALSE(cpu.redirected);
+  const DeviceResolution forced = resolve_device("cpu:-1", "emu");
+  EXPECT_EQ(forced.device, c10::Device(c10::kCPU));
+  EXPECT_TRUE(forced.redirected);
+}
+
+TEST(Redirect, IndicesWrapModuloTheTargetsDeviceCount) {
+  if (cuda_here()) GTEST_SKIP() << "CUDA is available, so cuda requests stay";
+  const DeviceResolution r = resolve_device("cuda:3", "emu");  // emu has 2 devices
+  EXPECT_EQ(r.device, c10::Device(c10::DeviceType::PrivateUse1, 1));
+  EXPECT_TRUE(r.index_wrapped);
+  EXPECT_EQ(resolve_device("cuda", "emu").device, c10::Device(c10::DeviceType::PrivateUse1));
+  const DeviceResolution own = resolve_device("emu:2", "cpu");  // the device exists here: it stays, wrapped
+  EXPECT_EQ(own.device, c10::Device(c10::DeviceType::PrivateUse1, 0));
+  EXPECT_TRUE(own.index_wrapped);
+}
+
+TEST(Redirect, BadRequestsAndTargetsAreErrors) {
+  EXPECT_THROW(resolve_device("warp:0", "cpu"), c10::ValueError);
+  if (!cuda_here()) EXPECT_THROW(resolve_device("cuda", "bogus"), c10::ValueError);
+}
+
+}  // namespace
+}  // namespace torchbridge
