@@ -16,6 +16,7 @@ struct DeviceResolution {
 
 // Policy:
 //  - "cpu:-1" forces the CPU (compatibility with TorchDevice); "cpu" / "cpu:N" stay on the CPU;
+//  - meta and lazy devices are not accelerators and stay;
 //  - a device type this process can use stays, its index taken modulo its device count;
 //  - any other accelerator type (cuda, mps, xpu, ...) goes to `target_backend`, index modulo the
 //    target's device count (no index stays no index).

@@ -37,7 +37,12 @@ DeviceResolution resolve_device(const std::string& requested, const std::string&
   } catch (const c10::Error& e) {
     TORCH_CHECK_VALUE(false, "cannot redirect device '", requested, "': ", e.msg());
   }
-  if (parsed.is_cpu()) return out;
+  // Only accelerator requests move: the CPU, and the tensor-less meta and lazy devices that torch
+  // itself uses (torch.compile traces on meta tensors), stay what they are.
+  if (parsed.is_cpu() || parsed.is_meta() || parsed.type() == c10::DeviceType::Lazy) {
+    out.device = parsed;
+    return out;
+  }
   const int index = parsed.has_index() ? parsed.index() : -1;
   if (const auto native = available_backend_for(parsed.type())) {
     out.device = on(*native, index, out);

@@ -28,6 +28,12 @@ TEST(Redirect, CpuStaysAndCpuMinusOneForcesTheCpu) {
   EXPECT_TRUE(forced.redirected);
 }
 
+TEST(Redirect, MetaAndLazyAreNotAccelerators) {
+  EXPECT_EQ(resolve_device("meta", "cpu").device, c10::Device(c10::DeviceType::Meta));
+  EXPECT_FALSE(resolve_device("meta", "cpu").redirected);
+  EXPECT_EQ(resolve_device("lazy", "cpu").device.type(), c10::DeviceType::Lazy);
+}
+
 TEST(Redirect, IndicesWrapModuloTheTargetsDeviceCount) {
   if (cuda_here()) GTEST_SKIP() << "CUDA is available, so cuda requests stay";
   const DeviceResolution r = resolve_device("cuda:3", "emu");  // emu has 2 devices

@@ -1,0 +1,185 @@
+"""Replacements for the torch.cuda namespace, answered by the redirection target with its real
+properties, memory statistics, streams, events and generators."""
+
+import contextlib
+import types
+
+import torch
+
+from ..backends import BackendFactory
+from ._host import HostEvent, HostStream
+
+
+def build(redirector):
+    """A {name: replacement} map for torch.cuda, and one for torch.cuda.amp / torch.cuda.nvtx."""
+    target = BackendFactory.create(redirector.target)
+    device_type = target.device.type
+    on_cpu = device_type == "cpu"
+    device_module = None if on_cpu else getattr(torch, device_type)
+
+    def index_of(device=None) -> int:
+        if on_cpu:
+            return 0
+        if device is None:
+            return device_module.current_device()
+        resolved = redirector.resolve(device)
+        return resolved.index if resolved.index is not None else device_module.current_device()
+
+    def device_count():
+        return target.device_count()
+
+    def current_device():
+        return index_of()
+
+    def set_device(device):
+        if not on_cpu:
+            device_module.set_device(index_of(device))
+
+    @contextlib.contextmanager
+    def device(device):
+        if on_cpu or device is None:
+            yield
+            return
+        with device_module.device(index_of(device)):
+            yield
+
+    def get_device_name(device=None):
+        return target.get_device_info(index_of(device))["name"]
+
+    def get_device_capability(device=None):
+        # A compute capability exists only for NVIDIA targets ("sm_90" -> (9, 0)); other targets
+        # report (0, 0): no CUDA architecture.
+        arch = target.get_device_info(index_of(device))["architecture"] or ""
+        if arch.startswith("sm_") and arch[3:].isdigit():
+            return int(arch[3:-1]), int(arch[-1])
+        return (0, 0)
+
+    def get_device_properties(device=None):
+        info = target.get_device_info(index_of(device))
+        major, minor = get_device_capability(device)
+        return types.SimpleNamespace(name=info["name"], total_memory=info["total_memory_bytes"] or 0,
+                                     multi_processor_count=info["multiprocessor_count"] or 0,
+                                     major=major, minor=minor, is_integrated=info["features"]["unified_memory"])
+
+    def synchronize(device=None):
+        target.synchronize(index_of(device))
+
+    # -- memory: the target's real numbers ------------------------------------------------------------
+    def stats(device=None):
+        return target.get_memory_stats(index_of(device))
+
+    def memory_allocated(device=None):
+        return torch.accelerator.memory_allocated(index_of(device)) if not on_cpu else stats()["allocated_bytes"]
+
+    def max_memory_allocated(device=None):
+        return torch.accelerator.max_memory_allocated(index_of(device)) if not on_cpu else stats()["peak_allocated_bytes"]
+
+    # The CPU keeps no cache: its "reserved" memory is what the process holds, i.e. its RSS.
+    def memory_reserved(device=None):
+        return torch.accelerator.memory_reserved(index_of(device)) if not on_cpu else stats()["allocated_bytes"]
+
+    def max_memory_reserved(device=None):
+        return torch.accelerator.max_memory_reserved(index_of(device)) if not on_cpu else stats()["peak_allocated_bytes"]
+
+    def memory_stats(device=None):
+        if not on_cpu:
+            return torch.accelerator.memory_stats(index_of(device))
+        s = stats()
+        return {"allocated_bytes.all.current": s["allocated_bytes"], "allocated_bytes.all.peak": s["peak_allocated_bytes"],
+                "reserved_bytes.all.current": s["allocated_bytes"], "reserved_bytes.all.peak": s["peak_allocated_bytes"]}
+
+    def reset_peak_memory_stats(device=None):
+        target.reset_peak_memory_stats(index_of(device))
+
+    def empty_cache():
+        target.empty_cache()
+
+    def mem_get_info(device=None):
+        s = stats(device)
+        return s["free_bytes"], s["total_bytes"]
+
+    # -- random numbers -----------------------------------------------------------------------------
+    def manual_seed(seed):
+        (torch.default_generator if on_cpu else device_module).manual_seed(seed)
+
+    def manual_seed_all(seed):
+        torch.default_generator.manual_seed(seed) if on_cpu else device_module.manual_seed_all(seed)
+
+    def get_rng_state(device="cuda"):
+        return torch.get_rng_state() if on_cpu else device_module.get_rng_state(index_of(device))
+
+    def set_rng_state(state, device="cuda"):
+        torch.set_rng_state(state) if on_cpu else device_module.set_rng_state(state, index_of(device))
+
+    # -- streams and events ---------------------------------------------------------------------------
+    def make_stream(device=None, priority=0, **kwargs):
+        if on_cpu:
+            return HostStream(device, priority)
+        return torch.Stream(torch.device(device_type, index_of(device)), priority=priority)
+
+    def make_event(enable_timing=False, blocking=False, interprocess=False):
+        if on_cpu:
+            return HostEvent(enable_timing=enable_timing)
+        return torch.Event(torch.device(device_type, index_of()), enable_timing=enable_timing)
+
+    def current_stream(device=None):
+        return HostStream() if on_cpu else torch.accelerator.current_stream(index_of(device))
+
+    def default_stream(device=None):
+        if on_cpu:
+            return HostStream()
+        return torch.Stream(stream_id=0, device_index=index_of(device), device_type=torch.device(device_type).type)
+
+    @contextlib.contextmanager
+    def stream(s):
+        if s is None or on_cpu:
+            yield
+            return
+        with s:
+            yield
+
+    def is_bf16_supported(including_emulation=True):
+        return target.supports_bf16()
+
+    cuda = {
+        "is_available": lambda: True, "device_count": device_count, "current_device": current_device,
+        "set_device": set_device, "device": device, "get_device_name": get_device_name,
+        "get_device_capability": get_device_capability, "get_device_properties": get_device_properties,
+        "synchronize": synchronize, "memory_allocated": memory_allocated,
+        "max_memory_allocated": max_memory_allocated, "memory_reserved": memory_reserved,
+        "max_memory_reserved": max_memory_reserved, "memory_stats": memory_stats,
+        "reset_peak_memory_stats": reset_peak_memory_stats, "empty_cache": empty_cache,
+        "mem_get_info": mem_get_info, "manual_seed": manual_seed, "manual_seed_all": manual_seed_all,
+        "get_rng_state": get_rng_state, "set_rng_state": set_rng_state, "Stream": make_stream,
+        "Event": make_event, "current_stream": current_stream, "default_stream": default_stream,
+        "stream": stream, "is_bf16_supported": is_bf16_supported, "is_initialized": lambda: True,
+        "init": lambda: None,
+    }
+    return cuda, device_type
+
+
+def nvtx_replacements():
+    """NVTX ranges become profiler ranges (torch.profiler.record_function), which every backend has."""
+    open_ranges = []
+
+    def range_push(message):
+        scope = torch.profiler.record_function(message)
+        scope.__enter__()
+        open_ranges.append(scope)
+        return len(open_ranges) - 1
+
+    def range_pop():
+        if open_ranges:
+            open_ranges.pop().__exit__(None, None, None)
+        return len(open_ranges)
+
+    def mark(message):
+        with torch.profiler.record_function(message):
+            pass
+
+    @contextlib.contextmanager
+    def range(message, *args, **kwargs):
+        with torch.profiler.record_function(message.format(*args, **kwargs)):
+            yield
+
+    return {"range_push": range_push, "range_pop": range_pop, "mark": mark, "range": range}

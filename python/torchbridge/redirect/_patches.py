@@ -1,0 +1,180 @@
+"""Installs redirection into torch: device construction, factories, movement, generators,
+serialization, autocast/GradScaler and the torch.cuda namespace. Every replacement goes through
+the Patcher so it can be undone exactly."""
+
+import functools
+
+import torch
+import torch.nn
+
+from . import _cuda
+from ._redirector import logger
+
+# Tensor factories and *_like functions that take a device= argument.
+FACTORIES = (
+    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",
+    "arange", "range", "linspace", "logspace", "eye", "empty_strided", "scalar_tensor", "tril_indices",
+    "triu_indices", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like",
+    "randint_like", "normal", "bernoulli", "poisson", "from_file",
+)
+TENSOR_NEW = ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full", "new_empty_strided")
+
+
+def _with_device_kwarg(function, redirector):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        if kwargs.get("device") is not None:
+            kwargs["device"] = redirector.resolve(kwargs["device"])
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+def _is_device_like(value):
+    return isinstance(value, (str, int, torch._C.device)) and not isinstance(value, bool)
+
+
+def _proxy_class(original, redirector, make):
+    """A stand-in for a torch C type (torch.device, torch.Generator): calling it builds a real
+    object through `make`; isinstance/issubclass keep answering for the real type."""
+
+    class Meta(type):
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, original)
+
+        def __subclasscheck__(cls, sub):
+            return issubclass(sub, original)
+
+        def __call__(cls, *args, **kwargs):
+            return make(*args, **kwargs)
+
+    return Meta(original.__name__, (), {"__doc__": original.__doc__, "__module__": original.__module__})
+
+
+def install(redirector, patcher):
+    original_device = torch.device
+    original_generator = torch.Generator
+    resolve = redirector.resolve
+
+    # -- torch.device("cuda:1") and torch.Generator(device=...) -----------------------------------
+    def make_device(*args, **kwargs):
+        return resolve(original_device(*args, **kwargs))
+
+    def make_generator(device="cpu", **kwargs):
+        return original_generator(device=resolve(device), **kwargs)
+
+    patcher.replace(torch, "device", _proxy_class(original_device, redirector, make_device))
+    patcher.replace(torch, "Generator", _proxy_class(original_generator, redirector, make_generator))
+
+    # -- factories --------------------------------------------------------------------------------
+    for name in FACTORIES:
+        if hasattr(torch, name):
+            patcher.replace(torch, name, _with_device_kwarg(getattr(torch, name), redirector))
+    for name in TENSOR_NEW:
+        patcher.replace(torch.Tensor, name, _with_device_kwarg(getattr(torch.Tensor, name), redirector))
+
+    # -- moving tensors and modules ---------------------------------------------------------------
+    tensor_to, module_to = torch.Tensor.to, torch.nn.Module.to
+
+    def redirect_to_args(args, kwargs):
+        if args and _is_device_like(args[0]):
+            args = (resolve(args[0]),) + tuple(args[1:])
+        if kwargs.get("device") is not None:
+            kwargs["device"] = resolve(kwargs["device"])
+        return args, kwargs
+
+    @functools.wraps(tensor_to)
+    def tensor_to_redirected(self, *args, **kwargs):
+        args, kwargs = redirect_to_args(args, kwargs)
+        return tensor_to(self, *args, **kwargs)
+
+    def tensor_cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
+        target = resolve("cuda" if device is None else (f"cuda:{device}" if isinstance(device, int) else device))
+        return tensor_to(self, target, non_blocking=non_blocking, memory_format=memory_format)
+
+    @functools.wraps(module_to)
+    def module_to_redirected(self, *args, **kwargs):
+        args, kwargs = redirect_to_args(args, kwargs)
+        return module_to(self, *args, **kwargs)
+
+    def module_cuda(self, device=None):
+        return module_to(self, resolve("cuda" if device is None else
+                                       (f"cuda:{device}" if isinstance(device, int) else device)))
+
+    patcher.replace(torch.Tensor, "to", tensor_to_redirected)
+    patcher.replace(torch.Tensor, "cuda", tensor_cuda)
+    patcher.replace(torch.nn.Module, "to", module_to_redirected)
+    patcher.replace(torch.nn.Module, "cuda", module_cuda)
+
+    # -- torch.load(map_location=...) ---------------------------------------------------------------
+    original_load = torch.load
+    restore = torch.serialization.default_restore_location
+
+    @functools.wraps(original_load)
+    def load(*args, **kwargs):
+        location = kwargs.get("map_location")
+        if location is None:
+            # Tensors saved on a missing accelerator restore where redirection sends them.
+            kwargs["map_location"] = lambda storage, saved_at: restore(storage, str(resolve(saved_at)))
+        elif _is_device_like(location):
+            kwargs["map_location"] = resolve(location)
+        return original_load(*args, **kwargs)
+
+    patcher.replace(torch, "load", load)
+
+    # -- autocast and GradScaler for "cuda" -----------------------------------------------------------
+    cuda_namespace, target_type = _cuda.build(redirector)
+    original_autocast, original_scaler = torch.autocast, torch.amp.GradScaler
+
+    def device_type_of(requested):
+        return resolve(requested).type if requested not in ("cpu",) else "cpu"
+
+    class autocast(original_autocast):
+        def __init__(self, device_type="cuda", *args, **kwargs):
+            super().__init__(device_type_of(device_type), *args, **kwargs)
+
+    class GradScaler(original_scaler):
+        def __init__(self, device="cuda", *args, **kwargs):
+            super().__init__(device_type_of(device), *args, **kwargs)
+
+    class cuda_amp_autocast(original_autocast):
+        def __init__(self, enabled=True, dtype=torch.float16, cache_enabled=True):
+            super().__init__(target_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+    class cuda_amp_GradScaler(original_scaler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(target_type, *args, **kwargs)
+
+    patcher.replace(torch, "autocast", autocast)
+    patcher.replace(torch.amp, "autocast", autocast)
+    patcher.replace(torch.amp, "GradScaler", GradScaler)
+    patcher.replace(torch.cuda.amp, "autocast", cuda_amp_autocast)
+    patcher.replace(torch.cuda.amp, "GradScaler", cuda_amp_GradScaler)
+
+    # -- torch.compile ------------------------------------------------------------------------------------
+    # Inductor has no code generator for SDK devices, and for other targets it probes torch.cuda,
+    # which redirection answers for the target; so compiled code runs through aot_eager (the same
+    # graph capture and autograd, without generated kernels), and says so once.
+    if target_type != "cuda":
+        reason = (f"inductor generates no code for device '{target_type}'"
+                  if target_type not in ("cpu", "xpu", "mps")
+                  else "inductor probes torch.cuda, which redirection answers for the target")
+        original_compile = torch.compile
+        warned = []
+
+        @functools.wraps(original_compile)
+        def compile(model=None, *args, backend="inductor", **kwargs):
+            if backend == "inductor":
+                if not warned:
+                    warned.append(True)
+                    logger.warning("torch.compile: %s; compiling with the 'aot_eager' backend instead", reason)
+                backend = "aot_eager"
+            return original_compile(model, *args, backend=backend, **kwargs)
+
+        patcher.replace(torch, "compile", compile)
+
+    # -- the torch.cuda namespace -----------------------------------------------------------------------
+    for name, replacement in cuda_namespace.items():
+        patcher.replace(torch.cuda, name, replacement)
+    for name, replacement in _cuda.nvtx_replacements().items():
+        patcher.replace(torch.cuda.nvtx, name, replacement)

@@ -1,0 +1,106 @@
+"""The device-resolution state of an active redirection: policy (in C++), call-site logging,
+the scoped CPU override."""
+
+import collections
+import logging
+import os
+import sys
+import threading
+
+import torch
+
+from .. import _C
+
+logger = logging.getLogger("torchbridge.redirect")
+_ORIGINAL_DEVICE = torch.device
+_THIS_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH_PACKAGE = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+def configure_logging():
+    """Quiet by default; TORCHBRIDGE_LOG_LEVEL=INFO shows each redirected call site once."""
+    level = os.environ.get("TORCHBRIDGE_LOG_LEVEL", "WARNING").upper()
+    if level not in logging._nameToLevel:
+        raise ValueError(f"TORCHBRIDGE_LOG_LEVEL={level!r} is not a logging level; expected one of "
+                         "DEBUG, INFO, WARNING, ERROR, CRITICAL")
+    logger.setLevel(level)
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[torchbridge] %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+def _call_site():
+    """file:line of the first caller outside torchbridge and torch."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith((_THIS_PACKAGE, _TORCH_PACKAGE)) and not path.startswith("<frozen"):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+class Redirector:
+    def __init__(self, target: str):
+        self.target = target
+        self._cache = {}
+        self._logged_sites = set()
+        self._warned_indices = set()
+        self.redirected_calls = collections.Counter()  # "requested -> used" -> count
+        self._local = threading.local()
+
+    # -- the scoped CPU override (torchbridge.redirect.cpu()) --------------------------------------
+    @property
+    def forced_cpu(self) -> bool:
+        return getattr(self._local, "cpu_depth", 0) > 0
+
+    def push_cpu(self):
+        self._local.cpu_depth = getattr(self._local, "cpu_depth", 0) + 1
+
+    def pop_cpu(self):
+        self._local.cpu_depth -= 1
+
+    # -- resolution ---------------------------------------------------------------------------------
+    def resolve(self, device):
+        """The torch.device to use for a requested device (str, int, torch.device or None)."""
+        if device is None:
+            return None
+        if isinstance(device, int):
+            requested = f"cuda:{device}"  # torch reads a bare index as a CUDA ordinal
+        elif isinstance(device, _ORIGINAL_DEVICE):
+            requested = str(device)
+        elif isinstance(device, str):
+            requested = device.strip()
+        else:
+            return device
+        if self.forced_cpu:
+            return _ORIGINAL_DEVICE("cpu")
+        cached = self._cache.get(requested)
+        if cached is None:
+            device_type, index, redirected, wrapped = _C.resolve_device(requested, self.target)
+            used = _ORIGINAL_DEVICE(device_type) if index is None else _ORIGINAL_DEVICE(device_type, index)
+            cached = self._cache[requested] = (used, redirected, wrapped)
+        used, redirected, wrapped = cached
+        if redirected:
+            self._record(requested, used, wrapped)
+        return used
+
+    def _record(self, requested, used, wrapped):
+        key = f"{requested} -> {used}"
+        self.redirected_calls[key] += 1
+        if wrapped and requested not in self._warned_indices:
+            self._warned_indices.add(requested)
+            logger.warning("device %s does not exist here; using %s (index modulo the device count)",
+                           requested, used)
+        if logger.isEnabledFor(logging.INFO):
+            site = _call_site()
+            if (site, key) not in self._logged_sites:
+                self._logged_sites.add((site, key))
+                logger.info("%s: %s", site, key)
+
+    def summary(self) -> str:
+        total = sum(self.redirected_calls.values())
+        parts = ", ".join(f"{k} ({n}x)" for k, n in self.redirected_calls.most_common())
+        return f"redirected {total} device requests to '{self.target}'" + (f": {parts}" if parts else "")

@@ -1,0 +1,132 @@
+"""torchbridge.redirect: policy, scoping, exact restoration, logging, and `torchbridge run`."""
+
+import logging
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torchbridge
+from torchbridge import redirect
+
+CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable), "torchbridge")
+PATCHED = [(torch, "device"), (torch, "Generator"), (torch, "zeros"), (torch, "load"), (torch, "autocast"),
+           (torch.Tensor, "to"), (torch.Tensor, "cuda"), (torch.nn.Module, "to"), (torch.cuda, "is_available"),
+           (torch.cuda, "Event"), (torch.cuda, "memory_allocated"), (torch.amp, "GradScaler")]
+
+
+@pytest.fixture(autouse=True)
+def always_disable():
+    yield
+    redirect.disable()
+
+
+def test_disable_restores_every_patched_attribute_exactly():
+    before = {(id(owner), name): getattr(owner, name) for owner, name in PATCHED}
+    owned = {(id(owner), name): name in getattr(owner, "__dict__", {}) for owner, name in PATCHED}
+    redirect.enable("emu")
+    assert torch.zeros is not before[(id(torch), "zeros")]
+    redirect.disable()
+    for owner, name in PATCHED:
+        assert getattr(owner, name) is before[(id(owner), name)], name
+        assert (name in getattr(owner, "__dict__", {})) == owned[(id(owner), name)], name
+
+
+def test_policy_cuda_goes_to_the_target_cpu_stays_and_cpu_minus_one_forces_the_cpu():
+    with redirect.redirected("emu"):
+        assert torch.zeros(2, device="cuda").device == torch.device("emu:0")
+        assert torch.zeros(2, device="cpu").device.type == "cpu"
+        assert torch.zeros(2, device="cpu:-1").device.type == "cpu"
+        assert torch.ones(2).cuda(1).device.index == 1
+        assert torch.ones(2).to("mps").device.type == "emu"
+        with redirect.cpu():
+            assert torch.zeros(2, device="cuda").device.type == "cpu"
+        assert torch.zeros(1, device=torch.device("cuda")).device.type == "emu"
+
+
+def test_devices_keep_isinstance_and_pickling():
+    with redirect.redirected("emu"):
+        device = torch.device("cuda", 1)
+        assert isinstance(device, torch.device)
+        assert type(device) is torch._C.device
+        assert pickle.loads(pickle.dumps(device)) == device
+        assert isinstance(torch.Generator(device="cuda"), torch.Generator)
+
+
+def test_indices_wrap_and_warn_once(caplog):
+    with redirect.redirected("emu"), caplog.at_level(logging.WARNING, logger="torchbridge.redirect"):
+        assert torch.device("cuda:5") == torch.device("emu:1")
+        torch.device("cuda:5")
+    warnings = [r for r in caplog.records if "cuda:5" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_each_call_site_is_logged_once_at_info(caplog):
+    with redirect.redirected("emu"), caplog.at_level(logging.INFO, logger="torchbridge.redirect"):
+        for _ in range(3):
+            torch.zeros(1, device="cuda")  # one call site, three calls
+    sites = [r.getMessage() for r in caplog.records if "test_redirect_api.py" in r.getMessage()]
+    assert len(sites) == 1 and "cuda -> emu" in sites[0]
+
+
+def test_cuda_namespace_answers_with_the_targets_real_numbers():
+    with redirect.redirected("emu"):
+        assert torch.cuda.is_available() and torch.cuda.device_count() == 2
+        assert torch.cuda.get_device_name() == "TorchBridge emulated accelerator"
+        before = torch.cuda.memory_allocated()
+        block = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+        assert torch.cuda.memory_allocated() - before == 1 << 20
+        free, total = torch.cuda.mem_get_info()
+        assert total == 1 << 30 and free <= total
+        del block
+        torch.cuda.manual_seed(3)
+        a = torch.randn(4, device="cuda").cpu()
+        torch.cuda.manual_seed(3)
+        assert torch.equal(torch.randn(4, device="cuda").cpu(), a)
+        with torch.cuda.nvtx.range("region"):
+            torch.cuda.nvtx.range_push("inner")
+            torch.cuda.nvtx.range_pop()
+
+
+def test_enabling_twice_and_bad_targets_are_errors():
+    redirect.enable("cpu")
+    with pytest.raises(RuntimeError, match="already enabled"):
+        redirect.enable("emu")
+    redirect.disable()
+    with pytest.raises(ValueError, match="unknown backend 'warp'"):
+        redirect.enable("warp")
+
+
+def run_cli(*args, env=None, cwd=None):
+    return subprocess.run([CONSOLE_SCRIPT, *args], capture_output=True, text=True, cwd=cwd,
+                          env=dict(os.environ, **(env or {})), timeout=300)
+
+
+def test_run_preserves_the_scripts_exit_code_and_reports_errors(tmp_path):
+    (tmp_path / "exits.py").write_text("import sys, torch\nprint(torch.ones(1).cuda().device)\nsys.exit(3)\n")
+    (tmp_path / "raises.py").write_text("raise KeyError('boom')\n")
+    exits = run_cli("run", "exits.py", env={"TORCHBRIDGE_BACKEND": "cpu"}, cwd=tmp_path)
+    assert exits.returncode == 3 and exits.stdout.strip() == "cpu"
+    raises = run_cli("run", "raises.py", env={"TORCHBRIDGE_BACKEND": "cpu"}, cwd=tmp_path)
+    assert raises.returncode == 1 and "KeyError: 'boom'" in raises.stderr
+    missing = run_cli("run", "nowhere.py")
+    assert missing.returncode == 1 and "script 'nowhere.py' does not exist" in missing.stderr
+    bad_target = run_cli("run", "exits.py", env={"TORCHBRIDGE_BACKEND": "warp"}, cwd=tmp_path)
+    assert bad_target.returncode == 1 and "warp" in bad_target.stderr
+    bad_level = run_cli("run", "exits.py", env={"TORCHBRIDGE_BACKEND": "cpu", "TORCHBRIDGE_LOG_LEVEL": "LOUD"},
+                        cwd=tmp_path)
+    assert bad_level.returncode == 1 and "TORCHBRIDGE_LOG_LEVEL" in bad_level.stderr
+
+
+def test_run_logs_call_sites_and_a_summary_when_asked(tmp_path):
+    (tmp_path / "prog.py").write_text("import torch\nx = torch.ones(2).cuda()\ny = torch.zeros(1, device='cuda')\n")
+    result = run_cli("run", "prog.py", env={"TORCHBRIDGE_BACKEND": "emu", "TORCHBRIDGE_LOG_LEVEL": "INFO"},
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "prog.py:2: cuda -> emu" in result.stderr and "prog.py:3: cuda -> emu" in result.stderr
+    assert "redirected 2 device requests to 'emu'" in result.stderr
+    quiet = run_cli("run", "prog.py", env={"TORCHBRIDGE_BACKEND": "emu"}, cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == ""
