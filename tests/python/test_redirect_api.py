@@ -56,6 +56,22 @@ def test_devices_keep_isinstance_and_pickling():
         assert isinstance(torch.Generator(device="cuda"), torch.Generator)
 
 
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_streams_and_events_keep_isinstance(target):
+    with redirect.redirected(target):
+        stream, event = torch.cuda.Stream(), torch.cuda.Event(enable_timing=True)
+        assert isinstance(stream, torch.cuda.Stream) and isinstance(event, torch.cuda.Event)
+        assert not isinstance(event, torch.cuda.Stream)
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.ones(1000, device="cuda").sum()
+        event.record()
+        event.synchronize()
+        assert start.elapsed_time(event) >= 0
+        torch.backends.cudnn.benchmark = True  # cuDNN flags are accepted
+        torch.backends.cudnn.deterministic = False
+
+
 def test_indices_wrap_and_warn_once(caplog):
     with redirect.redirected("emu"), caplog.at_level(logging.WARNING, logger="torchbridge.redirect"):
         assert torch.device("cuda:5") == torch.device("emu:1")

@@ -8,6 +8,7 @@ import torch
 
 from ..backends import BackendFactory
 from ._host import HostEvent, HostStream
+from ._proxy import proxy_class
 
 
 def build(redirector):
@@ -141,6 +142,7 @@ def build(redirector):
     def is_bf16_supported(including_emulation=True):
         return target.supports_bf16()
 
+    stream_type, event_type = (HostStream, HostEvent) if on_cpu else (torch.Stream, torch.Event)
     cuda = {
         "is_available": lambda: True, "device_count": device_count, "current_device": current_device,
         "set_device": set_device, "device": device, "get_device_name": get_device_name,
@@ -150,8 +152,10 @@ def build(redirector):
         "max_memory_reserved": max_memory_reserved, "memory_stats": memory_stats,
         "reset_peak_memory_stats": reset_peak_memory_stats, "empty_cache": empty_cache,
         "mem_get_info": mem_get_info, "manual_seed": manual_seed, "manual_seed_all": manual_seed_all,
-        "get_rng_state": get_rng_state, "set_rng_state": set_rng_state, "Stream": make_stream,
-        "Event": make_event, "current_stream": current_stream, "default_stream": default_stream,
+        "get_rng_state": get_rng_state, "set_rng_state": set_rng_state,
+        "Stream": proxy_class(stream_type, make_stream, "Stream"),
+        "Event": proxy_class(event_type, make_event, "Event"),
+        "current_stream": current_stream, "default_stream": default_stream,
         "stream": stream, "is_bf16_supported": is_bf16_supported, "is_initialized": lambda: True,
         "init": lambda: None,
     }

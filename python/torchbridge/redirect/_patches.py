@@ -8,6 +8,7 @@ import torch
 import torch.nn
 
 from . import _cuda
+from ._proxy import proxy_class
 from ._redirector import logger
 
 # Tensor factories and *_like functions that take a device= argument.
@@ -34,23 +35,6 @@ def _is_device_like(value):
     return isinstance(value, (str, int, torch._C.device)) and not isinstance(value, bool)
 
 
-def _proxy_class(original, redirector, make):
-    """A stand-in for a torch C type (torch.device, torch.Generator): calling it builds a real
-    object through `make`; isinstance/issubclass keep answering for the real type."""
-
-    class Meta(type):
-        def __instancecheck__(cls, obj):
-            return isinstance(obj, original)
-
-        def __subclasscheck__(cls, sub):
-            return issubclass(sub, original)
-
-        def __call__(cls, *args, **kwargs):
-            return make(*args, **kwargs)
-
-    return Meta(original.__name__, (), {"__doc__": original.__doc__, "__module__": original.__module__})
-
-
 def install(redirector, patcher):
     original_device = torch.device
     original_generator = torch.Generator
@@ -63,8 +47,8 @@ def install(redirector, patcher):
     def make_generator(device="cpu", **kwargs):
         return original_generator(device=resolve(device), **kwargs)
 
-    patcher.replace(torch, "device", _proxy_class(original_device, redirector, make_device))
-    patcher.replace(torch, "Generator", _proxy_class(original_generator, redirector, make_generator))
+    patcher.replace(torch, "device", proxy_class(original_device, make_device))
+    patcher.replace(torch, "Generator", proxy_class(original_generator, make_generator))
 
     # -- factories --------------------------------------------------------------------------------
     for name in FACTORIES:
