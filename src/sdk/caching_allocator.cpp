@@ -82,6 +82,14 @@ void update(c10::CachingAllocator::StatArray& stat, bool small, int64_t amount) 
 
 void delete_block(void* context);
 
+template <typename Fn>
+void for_each_stat(DeviceStats& s, Fn&& fn) {
+  for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+                      &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
+    for (auto& stat : *array) fn(stat);
+  }
+}
+
 class SdkCachingAllocator final : public CachingAllocator {
  public:
   void init(int device_count) override {
@@ -172,10 +180,7 @@ class SdkCachingAllocator final : public CachingAllocator {
   void resetAccumulatedStats(c10::DeviceIndex device) override {
     std::lock_guard<std::mutex> lock(mutex_);
     DeviceStats& s = state_of(device).stats;
-    for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
-                        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
-      for (auto& stat : *array) stat.reset_accumulated();
-    }
+    for_each_stat(s, [](c10::CachingAllocator::Stat& stat) { stat.reset_accumulated(); });
     s.num_alloc_retries = 0;
     s.num_ooms = 0;
     s.num_device_alloc = 0;
@@ -184,11 +189,7 @@ class SdkCachingAllocator final : public CachingAllocator {
 
   void resetPeakStats(c10::DeviceIndex device) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    DeviceStats& s = state_of(device).stats;
-    for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
-                        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
-      for (auto& stat : *array) stat.reset_peak();
-    }
+    for_each_stat(state_of(device).stats, [](c10::CachingAllocator::Stat& stat) { stat.reset_peak(); });
   }
 
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {

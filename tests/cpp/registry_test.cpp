@@ -5,19 +5,14 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include "error_message.h"
+
 #include <cstdlib>
 
 namespace torchbridge {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const c10::Error& e) {
-    return e.msg();
-  }
-  return "<no error>";
-}
+using test_support::error_of;
 
 class ScopedEnv {
  public:

@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "error_message.h"
+
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -13,14 +15,7 @@
 namespace torchbridge::sdk {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const c10::Error& e) {
-    return e.msg();
-  }
-  return "<no error>";
-}
+using test_support::error_of;
 
 c10::Device emu(int index = 0) {
   load_device("emu");
