@@ -72,6 +72,18 @@ def test_streams_and_events_keep_isinstance(target):
         torch.backends.cudnn.deterministic = False
 
 
+def test_pinning_for_a_cpu_target_is_a_no_op_and_works_for_an_accelerator():
+    with redirect.redirected("cpu"):
+        x = torch.ones(3)
+        assert x.pin_memory() is x  # nothing to transfer: pinning has no meaning
+        assert torch.empty(3, pin_memory=True).device.type == "cpu"
+        assert x.to("cuda", non_blocking=True).device.type == "cpu"
+    with redirect.redirected("emu"):
+        pinned = torch.ones(3).pin_memory()
+        assert pinned.is_pinned()
+        assert torch.equal(pinned.to("cuda", non_blocking=True).cpu(), torch.ones(3))
+
+
 def test_indices_wrap_and_warn_once(caplog):
     with redirect.redirected("emu"), caplog.at_level(logging.WARNING, logger="torchbridge.redirect"):
         assert torch.device("cuda:5") == torch.device("emu:1")

@@ -21,14 +21,27 @@ FACTORIES = (
 TENSOR_NEW = ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full", "new_empty_strided")
 
 
-def _with_device_kwarg(function, redirector):
+def _with_device_kwarg(function, redirector, host_only):
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         if kwargs.get("device") is not None:
             kwargs["device"] = redirector.resolve(kwargs["device"])
+        if host_only and kwargs.get("pin_memory"):
+            _note_pinning_is_moot()
+            kwargs["pin_memory"] = False
         return function(*args, **kwargs)
 
     return wrapper
+
+
+_pinning_noted = []
+
+
+def _note_pinning_is_moot():
+    # Page-locking only speeds host->device DMA; with the CPU as the target nothing is transferred.
+    if not _pinning_noted:
+        _pinning_noted.append(True)
+        logger.info("pin_memory has no effect when redirecting to the CPU: there is no device transfer to speed up")
 
 
 def _is_device_like(value):
@@ -51,11 +64,18 @@ def install(redirector, patcher):
     patcher.replace(torch, "Generator", proxy_class(original_generator, make_generator))
 
     # -- factories --------------------------------------------------------------------------------
+    host_only = redirector.target == "cpu"
     for name in FACTORIES:
         if hasattr(torch, name):
-            patcher.replace(torch, name, _with_device_kwarg(getattr(torch, name), redirector))
+            patcher.replace(torch, name, _with_device_kwarg(getattr(torch, name), redirector, host_only))
     for name in TENSOR_NEW:
-        patcher.replace(torch.Tensor, name, _with_device_kwarg(getattr(torch.Tensor, name), redirector))
+        patcher.replace(torch.Tensor, name, _with_device_kwarg(getattr(torch.Tensor, name), redirector, host_only))
+    if host_only:
+        def pin_memory(self, device=None):
+            _note_pinning_is_moot()
+            return self
+
+        patcher.replace(torch.Tensor, "pin_memory", pin_memory)
 
     # -- moving tensors and modules ---------------------------------------------------------------
     tensor_to, module_to = torch.Tensor.to, torch.nn.Module.to
