@@ -24,6 +24,8 @@ ParsedArguments parse_arguments(const std::string& command, const std::vector<st
       }
       if (value.empty()) throw UsageError("'" + arg + "' needs a non-empty value");
       parsed.options[arg] = value;
+    } else if (spec.allows_positional && arg.rfind("--", 0) != 0) {
+      parsed.positional.push_back(args[i]);
     } else {
       std::string valid;
       for (const auto& f : spec.flags) valid += " " + f;

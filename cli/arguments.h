@@ -17,9 +17,11 @@ struct UsageError : std::runtime_error {
 struct CommandSpec {
   std::set<std::string> flags;    // e.g. "--json"
   std::set<std::string> options;  // e.g. "--backend" (takes a value)
+  bool allows_positional = false; // e.g. file names
 };
 
 struct ParsedArguments {
+  std::vector<std::string> positional;  // only for commands whose spec allows them
   std::set<std::string> flags;
   std::map<std::string, std::string> options;
   bool has(const std::string& flag) const { return flags.count(flag) > 0; }

@@ -17,6 +17,7 @@ constexpr const char* kUsage = R"(usage: torchbridge [--version] [--help] COMMAN
 Commands:
   info      every backend, available or not and why, with device descriptions and memory
   doctor    check this installation and every device; exit 0 healthy, 1 failure, 2 warnings
+  checkpoint inspect|verify|convert   safetensors files (see 'torchbridge checkpoint --help')
   run       (Python package only) run a CUDA program redirected to this machine's accelerator
 
 Run 'torchbridge COMMAND --help' for a command's options.
@@ -39,6 +40,7 @@ int dispatch(const std::vector<std::string>& argv) {
   }
   if (command == "info") return run_info(rest);
   if (command == "doctor") return run_doctor(rest);
+  if (command == "checkpoint") return run_checkpoint(rest);
   if (command == "run") {
     std::cerr << "torchbridge: 'run' needs Python: it is provided by the TorchBridge Python package's "
                  "`torchbridge` command (pip install . from the repository), not by this C++ binary\n";

@@ -1,0 +1,97 @@
+// Reading: the whole file is mapped privately (copy-on-write), so CPU tensors can alias it with
+// no copy and writes to them never reach the file. Nothing but the header is read on open.
+#include "checkpoint/safetensors_header.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/util/Exception.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace torchbridge::checkpoint {
+
+struct SafetensorsFile::Mapping {
+  void* address = nullptr;
+  size_t bytes = 0;
+  ~Mapping() {
+    if (address != nullptr) munmap(address, bytes);
+  }
+};
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TORCH_CHECK_VALUE(fd >= 0, path, ": cannot open: ", std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    const int error = errno;
+    ::close(fd);
+    TORCH_CHECK_VALUE(false, path, ": cannot stat: ", std::strerror(error));
+  }
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size < 8) {
+    ::close(fd);
+    TORCH_CHECK_VALUE(false, path, ": file is ", size, " bytes, too small to hold the 8-byte header length");
+  }
+  SafetensorsFile file;
+  file.path_ = path;
+  file.mapping_ = std::make_shared<Mapping>();
+  void* address = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  const int map_error = errno;
+  ::close(fd);
+  TORCH_CHECK_VALUE(address != MAP_FAILED, path, ": cannot map the file: ", std::strerror(map_error));
+  file.mapping_->address = address;
+  file.mapping_->bytes = size;
+
+  const auto* bytes = static_cast<const uint8_t*>(address);
+  uint64_t header_bytes = 0;
+  for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | bytes[i];  // little-endian
+  TORCH_CHECK_VALUE(header_bytes <= kMaxHeaderBytes, path, ": header length ", header_bytes,
+                    " exceeds the format's limit of ", kMaxHeaderBytes, " bytes");
+  TORCH_CHECK_VALUE(8 + header_bytes <= size, path, ": header length ", header_bytes, " runs past the end of the ",
+                    size, "-byte file");
+  TORCH_CHECK_VALUE(header_bytes > 0 && bytes[8] == '{', path, ": header must be a JSON object starting with '{'");
+  const std::string_view header(reinterpret_cast<const char*>(bytes + 8), header_bytes);
+  ParsedHeader parsed = parse_header(path, header, size - 8 - header_bytes);
+  file.data_ = bytes + 8 + header_bytes;
+  file.records_ = std::move(parsed.records);
+  file.metadata_ = std::move(parsed.metadata);
+  for (size_t i = 0; i < file.records_.size(); ++i) file.index_[file.records_[i].name] = i;
+  return file;
+}
+
+bool SafetensorsFile::contains(const std::string& name) const { return index_.count(name) > 0; }
+
+const TensorRecord& SafetensorsFile::record(const std::string& name) const {
+  const auto it = index_.find(name);
+  TORCH_CHECK_VALUE(it != index_.end(), path_, ": no tensor named '", name, "' (the file holds ", records_.size(),
+                    " tensors)");
+  return records_[it->second];
+}
+
+bool SafetensorsFile::aliases(const std::string& name) const {
+  const TensorRecord& r = record(name);
+  return r.end > r.begin && reinterpret_cast<uintptr_t>(data_ + r.begin) % c10::elementSize(r.dtype) == 0;
+}
+
+at::Tensor SafetensorsFile::load(const std::string& name, c10::Device device) const {
+  const TensorRecord& r = record(name);
+  const auto options = at::TensorOptions().dtype(r.dtype);
+  at::Tensor host;
+  if (aliases(name)) {
+    // The tensor keeps the mapping alive for as long as it lives.
+    std::shared_ptr<Mapping> keep_alive = mapping_;
+    host = at::from_blob(const_cast<uint8_t*>(data_ + r.begin), r.shape, [keep_alive](void*) {}, options);
+  } else {
+    host = at::empty(r.shape, options);
+    if (r.end > r.begin) std::memcpy(host.data_ptr(), data_ + r.begin, r.end - r.begin);
+  }
+  return device.is_cpu() ? host : host.to(device);
+}
+
+}  // namespace torchbridge::checkpoint
