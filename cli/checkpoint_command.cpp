@@ -6,7 +6,7 @@
 #include <torchbridge/checkpoint/safetensors.h>
 #include <torchbridge/device_info.h>
 
-#include <ATen/ops/equal.h>
+#include <ATen/ops/sum.h>
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
@@ -63,8 +63,8 @@ int verify(const std::vector<std::string>& args) {
   try {
     const auto file = checkpoint::SafetensorsFile::open(parsed.positional[0]);
     for (const auto& r : file.tensors()) {
-      const at::Tensor t = file.load(r.name);
-      (void)at::equal(t, t);  // reads every byte of every tensor
+      // Summing the raw bytes reads every page of every tensor, whatever its dtype.
+      (void)file.load(r.name).reshape(-1).view(at::kByte).sum().item<int64_t>();
     }
     std::cout << file.path() << ": valid (" << file.tensors().size() << " tensors)\n";
     return 0;

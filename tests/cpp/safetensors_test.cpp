@@ -1,0 +1,165 @@
+// The C++ safetensors reader and writer: round trips, aliasing, and a corpus of malformed files,
+// each with the exact problem the reader must name.
+#include <torchbridge/checkpoint/safetensors.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "error_message.h"
+
+#include <dirent.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace torchbridge::checkpoint {
+namespace {
+
+using test_support::error_of;
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "tb_" + std::to_string(::getpid()) + "_" + name;
+}
+
+// A file made of a raw header (padded to 8 bytes) and `data` bytes.
+std::string write_raw(const std::string& name, std::string header, size_t data_bytes, int64_t declared_length = -1) {
+  const std::string path = temp_path(name);
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t length = declared_length >= 0 ? uint64_t(declared_length) : header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>(length >> (8 * i)));
+  out << header << std::string(data_bytes, '\0');
+  return path;
+}
+
+at::Tensor random_bits(at::ScalarType dtype, std::vector<int64_t> shape) {
+  const int64_t bytes = c10::multiply_integers(shape) * int64_t(c10::elementSize(dtype));
+  at::Tensor raw = at::randint(0, 256, {bytes}, at::kByte);
+  if (dtype == at::kBool) raw = raw.remainder(2);
+  return raw.view(dtype).view(shape);
+}
+
+bool bit_equal(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && a.dtype() == b.dtype() &&
+         at::equal(a.reshape(-1).view(at::kByte), b.reshape(-1).view(at::kByte));
+}
+
+TEST(Safetensors, EveryDtypeRoundTripsBitExactly) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto dtype : {at::kBool, at::kByte, at::kChar, at::kShort, at::kUInt16, at::kInt, at::kUInt32, at::kLong,
+                           at::kUInt64, at::kHalf, at::kBFloat16, at::kFloat, at::kDouble, at::kFloat8_e4m3fn,
+                           at::kFloat8_e5m2, at::kComplexFloat}) {
+    tensors.emplace_back(safetensors_dtype_name(dtype), random_bits(dtype, {3, 5}));
+  }
+  tensors.emplace_back("scalar", at::scalar_tensor(2.5));
+  tensors.emplace_back("empty", at::empty({0, 4}));
+  tensors.emplace_back("strided", at::arange(12.0).view({3, 4}).t());  // non-contiguous input
+  const std::string path = temp_path("all.safetensors");
+  save(path, tensors, {{"format", "pt"}, {"note", "round trip"}});
+  const auto file = SafetensorsFile::open(path);
+  EXPECT_EQ(file.tensors().size(), tensors.size());
+  EXPECT_EQ(file.metadata().at("note"), "round trip");
+  for (const auto& [name, original] : tensors) {
+    EXPECT_TRUE(bit_equal(file.load(name), original.contiguous())) << name;
+    EXPECT_TRUE(file.aliases(name) || original.numel() == 0) << name << " should alias: the writer aligns data";
+  }
+  EXPECT_EQ(file.load("scalar").dim(), 0);
+}
+
+TEST(Safetensors, AliasesTheMappingAndWritesNeverReachTheFile) {
+  const std::string path = temp_path("alias.safetensors");
+  save(path, {{"x", at::ones({4})}});
+  {
+    const auto file = SafetensorsFile::open(path);
+    at::Tensor x = file.load("x");
+    x.fill_(7);  // copy-on-write mapping: the file keeps its bytes
+    EXPECT_EQ(file.load("x").sum().item<float>(), 28.0f) << "aliases share the mapping";
+  }
+  EXPECT_EQ(SafetensorsFile::open(path).load("x").sum().item<float>(), 4.0f);
+  at::Tensor outlives;
+  {
+    outlives = SafetensorsFile::open(path).load("x");  // keeps the mapping alive past the file object
+  }
+  EXPECT_EQ(outlives.sum().item<float>(), 4.0f);
+}
+
+TEST(Safetensors, MisalignedDataIsCopiedNotAliased) {
+  // A hand-made file whose F32 tensor starts 2 bytes into the data section.
+  const std::string header = R"({"pad":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"x":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})";
+  const std::string path = write_raw("misaligned.safetensors", header + std::string((8 - header.size() % 8) % 8, ' '), 6);
+  const auto file = SafetensorsFile::open(path);
+  EXPECT_FALSE(file.aliases("x"));
+  EXPECT_EQ(file.load("x").item<float>(), 0.0f);
+}
+
+TEST(Safetensors, SharedStorageIsRefusedAndTheExistingFileSurvives) {
+  const std::string path = temp_path("shared.safetensors");
+  save(path, {{"old", at::ones({2})}});
+  const at::Tensor weight = at::randn({4, 4});
+  const std::string message = error_of([&] { save(path, {{"embed", weight}, {"head", weight.view({16})}}); });
+  EXPECT_NE(message.find("'embed' and 'head' share storage"), std::string::npos) << message;
+  EXPECT_TRUE(SafetensorsFile::open(path).contains("old")) << "a failed save must not damage the previous file";
+  // No temporary files are left behind.
+  DIR* dir = opendir(::testing::TempDir().c_str());
+  for (dirent* entry; (entry = readdir(dir)) != nullptr;) {
+    EXPECT_EQ(std::string(entry->d_name).find("shared.safetensors.tmp-"), std::string::npos) << entry->d_name;
+  }
+  closedir(dir);
+}
+
+std::string deeply_nested(int levels) {
+  std::string text;
+  for (int i = 0; i < levels; ++i) text += "{\"a\":";
+  return text + "1" + std::string(levels, '}');
+}
+
+struct Malformed {
+  const char* name;
+  std::string header;
+  size_t data_bytes;
+  const char* expected;
+};
+
+TEST(Safetensors, MalformedFilesAreRejectedNamingTheProblem) {
+  const std::vector<Malformed> corpus = {
+      {"not_json", "{nope", 0, "header is not valid JSON"},
+      {"not_object", "[1, 2]   ", 0, "header must be a JSON object"},
+      {"duplicate", R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2,
+       "tensor 'a': appears twice"},
+      {"unknown_dtype", R"({"a":{"dtype":"F12","shape":[1],"data_offsets":[0,2]}})", 2, "tensor 'a': unsupported dtype 'F12'"},
+      {"size_mismatch", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4, "tensor 'a': shape [2] of F32 needs 8 bytes"},
+      {"hole", R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2, "tensor 'a': leaves a hole"},
+      {"overlap", R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})", 3,
+       "tensor 'b': overlaps"},
+      {"trailing", R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 5, "holds 5 bytes but the tensors cover 1"},
+      {"truncated", R"({"a":{"dtype":"U8","shape":[9],"data_offsets":[0,9]}})", 3, "(file truncated?)"},
+      {"overflow", R"({"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8,
+       "has more elements than 64 bits can count"},
+      {"negative", R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1, "shape entries must be non-negative"},
+      {"reversed", R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[2,1]}})", 2, "end before they begin"},
+      {"metadata", R"({"__metadata__":{"k":3}})", 0, "__metadata__ value for 'k' must be a string"},
+      {"deep", deeply_nested(100), 0, "nests deeper than 64"},
+  };
+  for (const auto& m : corpus) {
+    const std::string path = write_raw(std::string(m.name) + ".safetensors", m.header, m.data_bytes);
+    const std::string message = error_of([&] { SafetensorsFile::open(path); });
+    EXPECT_NE(message.find(m.expected), std::string::npos) << m.name << ": " << message;
+    EXPECT_NE(message.find(path), std::string::npos) << m.name << " must name the file: " << message;
+  }
+}
+
+TEST(Safetensors, BadLengthsAndTinyFiles) {
+  const std::string tiny = temp_path("tiny.safetensors");
+  std::ofstream(tiny, std::ios::binary) << "abcde";
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(tiny); }).find("5 bytes, too small"), std::string::npos);
+  const std::string huge = write_raw("huge.safetensors", "{}      ", 0, int64_t(kMaxHeaderBytes) + 1);
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(huge); }).find("exceeds the format's limit"), std::string::npos);
+  const std::string past = write_raw("past.safetensors", "{}      ", 0, 4096);
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(past); }).find("runs past the end"), std::string::npos);
+  EXPECT_NE(error_of([] { SafetensorsFile::open("/nonexistent/x.safetensors"); }).find("cannot open"), std::string::npos);
+  const auto file = SafetensorsFile::open(write_raw("empty_ok.safetensors", "{}      ", 0));
+  EXPECT_TRUE(file.tensors().empty());
+  EXPECT_NE(error_of([&] { file.record("missing"); }).find("no tensor named 'missing'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace torchbridge::checkpoint
