@@ -3,7 +3,7 @@
 #include "commands.h"
 #include "text_format.h"
 
-#include <torchbridge/checkpoint/safetensors.h>
+#include <torchbridge/checkpoint/checkpoint.h>
 #include <torchbridge/device_info.h>
 
 #include <ATen/ops/sum.h>
@@ -18,10 +18,16 @@ namespace {
 
 constexpr const char* kHelp = R"(usage: torchbridge checkpoint COMMAND ...
 
-  inspect FILE [--json]              names, dtypes, shapes, bytes and metadata, without reading data
-  verify FILE                        full validation, reading every tensor; exit 0 valid, 1 invalid
-  convert IN OUT [--dtype DTYPE]     rewrite IN as OUT (atomically), casting floating-point tensors
-                                     to DTYPE (float32, float16, bfloat16, float64) when given
+  inspect PATH [--json]              names, dtypes, shapes, bytes, metadata and shard layout,
+                                     without reading tensor data
+  verify PATH                        full validation, reading every tensor; exit 0 valid, 1 invalid
+  convert IN OUT [--dtype DTYPE] [--shard-size SIZE]
+                                     rewrite IN as OUT (atomically), casting floating-point tensors
+                                     to DTYPE (float32, float16, bfloat16, float64); with a shard
+                                     size (e.g. 500MB, 2GiB) OUT is a directory of shards + index
+
+PATH is a .safetensors file, a Hugging Face index (*.safetensors.index.json) or a directory
+holding model.safetensors.index.json or model.safetensors.
 )";
 
 c10::ScalarType parse_float_dtype(const std::string& text) {
@@ -33,23 +39,35 @@ c10::ScalarType parse_float_dtype(const std::string& text) {
 
 int inspect(const std::vector<std::string>& args) {
   const ParsedArguments parsed = parse_arguments("checkpoint inspect", args, {{"--json"}, {}, true});
-  if (parsed.positional.size() != 1) throw UsageError("checkpoint inspect needs exactly one FILE");
-  const auto file = checkpoint::SafetensorsFile::open(parsed.positional[0]);
+  if (parsed.positional.size() != 1) throw UsageError("checkpoint inspect needs exactly one PATH");
+  const auto checkpoint = checkpoint::Checkpoint::open(parsed.positional[0]);
   uint64_t total = 0;
-  nlohmann::json tensors = nlohmann::json::array();
-  for (const auto& r : file.tensors()) {
-    total += r.end - r.begin;
-    tensors.push_back({{"name", r.name}, {"dtype", checkpoint::safetensors_dtype_name(r.dtype)},
-                       {"shape", r.shape}, {"bytes", r.end - r.begin}, {"data_offsets", {r.begin, r.end}}});
+  nlohmann::json tensors = nlohmann::json::array(), shards = nlohmann::json::array();
+  for (const auto& shard : checkpoint.shards()) {
+    uint64_t shard_bytes = 0;
+    for (const auto& r : shard.tensors()) {
+      shard_bytes += r.end - r.begin;
+      tensors.push_back({{"name", r.name}, {"dtype", checkpoint::safetensors_dtype_name(r.dtype)},
+                         {"shape", r.shape}, {"bytes", r.end - r.begin}, {"shard", shard.path()}});
+    }
+    shards.push_back({{"file", shard.path()}, {"tensors", shard.tensors().size()}, {"bytes", shard_bytes}});
+    total += shard_bytes;
   }
   if (parsed.has("--json")) {
-    std::cout << nlohmann::json({{"file", file.path()}, {"tensors", tensors}, {"metadata", file.metadata()},
+    std::cout << nlohmann::json({{"path", parsed.positional[0]}, {"sharded", checkpoint.sharded()},
+                                 {"index", checkpoint.sharded() ? nlohmann::json(checkpoint.index_file()) : nlohmann::json(nullptr)},
+                                 {"shards", shards}, {"tensors", tensors}, {"metadata", checkpoint.metadata()},
                                  {"total_bytes", total}}).dump(2)
               << "\n";
     return 0;
   }
-  std::cout << file.path() << ": " << file.tensors().size() << " tensors, " << format_bytes(int64_t(total)) << "\n";
-  for (const auto& [key, value] : file.metadata()) std::cout << "  metadata " << key << " = " << value << "\n";
+  std::cout << parsed.positional[0] << ": " << tensors.size() << " tensors, " << format_bytes(int64_t(total))
+            << (checkpoint.sharded() ? ", " + std::to_string(shards.size()) + " shards" : "") << "\n";
+  for (const auto& shard : shards) {
+    if (checkpoint.sharded()) std::cout << "  shard " << shard["file"].get<std::string>() << " ("
+                                        << format_bytes(shard["bytes"].get<int64_t>()) << ")\n";
+  }
+  for (const auto& [key, value] : checkpoint.metadata()) std::cout << "  metadata " << key << " = " << value << "\n";
   for (const auto& t : tensors) {
     std::cout << "  " << column(t["name"].get<std::string>(), 40) << column(t["dtype"].get<std::string>(), 9)
               << column(t["shape"].dump(), 20) << format_bytes(t["bytes"].get<int64_t>()) << "\n";
@@ -59,14 +77,16 @@ int inspect(const std::vector<std::string>& args) {
 
 int verify(const std::vector<std::string>& args) {
   const ParsedArguments parsed = parse_arguments("checkpoint verify", args, {{}, {}, true});
-  if (parsed.positional.size() != 1) throw UsageError("checkpoint verify needs exactly one FILE");
+  if (parsed.positional.size() != 1) throw UsageError("checkpoint verify needs exactly one PATH");
   try {
-    const auto file = checkpoint::SafetensorsFile::open(parsed.positional[0]);
-    for (const auto& r : file.tensors()) {
+    const auto checkpoint = checkpoint::Checkpoint::open(parsed.positional[0]);
+    const auto names = checkpoint.names();
+    for (const auto& name : names) {
       // Summing the raw bytes reads every page of every tensor, whatever its dtype.
-      (void)file.load(r.name).reshape(-1).view(at::kByte).sum().item<int64_t>();
+      (void)checkpoint.load(name).reshape(-1).view(at::kByte).sum().item<int64_t>();
     }
-    std::cout << file.path() << ": valid (" << file.tensors().size() << " tensors)\n";
+    std::cout << parsed.positional[0] << ": valid (" << names.size() << " tensors in " << checkpoint.shards().size()
+              << (checkpoint.shards().size() == 1 ? " file)\n" : " shards)\n");
     return 0;
   } catch (const c10::Error& e) {
     std::cerr << "torchbridge: invalid: " << first_line(e.msg()) << "\n";
@@ -75,19 +95,27 @@ int verify(const std::vector<std::string>& args) {
 }
 
 int convert(const std::vector<std::string>& args) {
-  const ParsedArguments parsed = parse_arguments("checkpoint convert", args, {{}, {"--dtype"}, true});
+  const ParsedArguments parsed = parse_arguments("checkpoint convert", args, {{}, {"--dtype", "--shard-size"}, true});
   if (parsed.positional.size() != 2) throw UsageError("checkpoint convert needs IN and OUT");
   std::optional<c10::ScalarType> dtype;
   if (const std::string* text = parsed.option("--dtype")) dtype = parse_float_dtype(*text);
-  const auto input = checkpoint::SafetensorsFile::open(parsed.positional[0]);
+  std::optional<uint64_t> shard_size;
+  if (const std::string* text = parsed.option("--shard-size")) shard_size = checkpoint::parse_size(*text);
+  const auto input = checkpoint::Checkpoint::open(parsed.positional[0]);
   const bool progress = isatty(STDERR_FILENO) != 0;  // a progress line only for a person watching
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  size_t done = 0;
-  for (const auto& r : input.tensors()) {
-    at::Tensor t = input.load(r.name);
+  const auto names = input.names();
+  for (const auto& name : names) {
+    at::Tensor t = input.load(name);
     if (dtype && t.is_floating_point()) t = t.to(*dtype);
-    tensors.emplace_back(r.name, t);
-    if (progress) std::cerr << "\rconverting " << ++done << "/" << input.tensors().size() << " tensors" << std::flush;
+    tensors.emplace_back(name, t);
+    if (progress) std::cerr << "\rconverting " << tensors.size() << "/" << names.size() << " tensors" << std::flush;
+  }
+  if (shard_size) {
+    const auto files = checkpoint::save_sharded(parsed.positional[1], tensors, *shard_size, input.metadata());
+    if (progress) std::cerr << "\n";
+    std::cout << parsed.positional[1] << ": wrote " << tensors.size() << " tensors in " << files.size() << " files\n";
+    return 0;
   }
   checkpoint::save(parsed.positional[1], tensors, input.metadata());
   if (progress) std::cerr << "\n";

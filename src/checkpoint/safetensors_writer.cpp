@@ -3,12 +3,11 @@
 // target only once it is complete and on disk.
 #include <torchbridge/checkpoint/safetensors.h>
 
+#include "checkpoint/atomic_file.h"
+
 #include <c10/core/StorageImpl.h>
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -17,54 +16,6 @@
 #include <set>
 
 namespace torchbridge::checkpoint {
-namespace {
-
-class TemporaryFile {
- public:
-  explicit TemporaryFile(const std::string& target) : target_(target) {
-    const auto slash = target.find_last_of('/');
-    directory_ = slash == std::string::npos ? "." : target.substr(0, slash);
-    std::string pattern = target + ".tmp-XXXXXX";
-    fd_ = mkstemp(pattern.data());
-    TORCH_CHECK(fd_ >= 0, target, ": cannot create a temporary file next to it: ", std::strerror(errno));
-    path_ = pattern;
-  }
-  ~TemporaryFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-
-  void write(const void* data, size_t bytes) {
-    const auto* p = static_cast<const char*>(data);
-    while (bytes > 0) {
-      const ssize_t written = ::write(fd_, p, bytes);
-      if (written < 0 && errno == EINTR) continue;
-      TORCH_CHECK(written > 0, target_, ": writing failed: ", std::strerror(errno));
-      p += written;
-      bytes -= static_cast<size_t>(written);
-    }
-  }
-
-  // fsync, rename over the target, fsync the directory: the rename is the commit point.
-  void commit() {
-    TORCH_CHECK(::fsync(fd_) == 0, target_, ": fsync failed: ", std::strerror(errno));
-    ::close(fd_);
-    fd_ = -1;
-    TORCH_CHECK(::rename(path_.c_str(), target_.c_str()) == 0, target_, ": rename failed: ", std::strerror(errno));
-    committed_ = true;
-    const int dir = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    TORCH_CHECK(dir >= 0 && ::fsync(dir) == 0, target_, ": fsync of directory ", directory_, " failed: ",
-                std::strerror(errno));
-    ::close(dir);
-  }
-
- private:
-  std::string target_, directory_, path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
-}  // namespace
 
 void save(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
           const std::map<std::string, std::string>& metadata) {
@@ -105,7 +56,7 @@ void save(const std::string& path, const std::vector<std::pair<std::string, at::
   uint8_t length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
 
-  TemporaryFile file(path);
+  AtomicFile file(path);
   file.write(length, sizeof(length));
   file.write(text.data(), text.size());
   for (const auto& [name, tensor] : prepared) file.write(tensor.data_ptr(), tensor.nbytes());

@@ -1,0 +1,47 @@
+#pragma once
+// A checkpoint on disk: one safetensors file, or a sharded directory in the Hugging Face layout
+// (model-00001-of-0000N.safetensors ... plus model.safetensors.index.json with its weight_map).
+
+#include <torchbridge/checkpoint/safetensors.h>
+
+namespace torchbridge::checkpoint {
+
+class Checkpoint {
+ public:
+  // `path` is a .safetensors file, an index .json, or a directory holding either
+  // model.safetensors.index.json or model.safetensors. Every shard is opened and validated, and
+  // the index must agree with the shards exactly.
+  static Checkpoint open(const std::string& path);
+
+  const std::vector<SafetensorsFile>& shards() const { return shards_; }
+  bool sharded() const { return !index_file_.empty(); }
+  const std::string& index_file() const { return index_file_; }
+  std::vector<std::string> names() const;  // every tensor, in shard order
+  bool contains(const std::string& name) const { return owner_.count(name) > 0; }
+  const SafetensorsFile& shard_of(const std::string& name) const;  // raises naming the missing tensor
+  at::Tensor load(const std::string& name, c10::Device device = c10::Device(c10::kCPU)) const {
+    return shard_of(name).load(name, device);
+  }
+  // Metadata of the first shard (Hugging Face writes the same into each).
+  const std::map<std::string, std::string>& metadata() const { return shards_.front().metadata(); }
+
+ private:
+  std::vector<SafetensorsFile> shards_;
+  std::map<std::string, size_t> owner_;
+  std::string index_file_;
+};
+
+// Writes `tensors` into `directory` (created if missing) as shards of at most `max_shard_bytes`
+// each (a larger tensor gets a shard of its own), in the given order, plus the index; a single
+// shard is written as model.safetensors without an index, as Hugging Face does. Every file is
+// written atomically. Returns the written file names (shards, then the index).
+std::vector<std::string> save_sharded(const std::string& directory,
+                                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                                      uint64_t max_shard_bytes, const std::map<std::string, std::string>& metadata = {},
+                                      const std::string& prefix = "model");
+
+// Parses sizes such as "5GB", "500MB", "10MiB" or "1048576" (GB/MB/KB are powers of 1000 as
+// Hugging Face uses them; GiB/MiB/KiB powers of 1024).
+uint64_t parse_size(const std::string& text);
+
+}  // namespace torchbridge::checkpoint

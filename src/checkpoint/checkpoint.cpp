@@ -1,0 +1,174 @@
+#include <torchbridge/checkpoint/checkpoint.h>
+
+#include "checkpoint/atomic_file.h"
+
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace torchbridge::checkpoint {
+namespace {
+
+constexpr const char* kIndexSuffix = ".safetensors.index.json";
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0;
+}
+
+std::string directory_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+std::string shard_name(const std::string& prefix, size_t index, size_t count) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "-%05zu-of-%05zu.safetensors", index, count);
+  return prefix + buffer;
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) {
+  AtomicFile file(path);
+  file.write(text.data(), text.size());
+  file.commit();
+}
+
+}  // namespace
+
+uint64_t parse_size(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  TORCH_CHECK_VALUE(digits > 0, "invalid size '", text, "': expected a number with an optional unit such as 500MB or 2GiB");
+  const uint64_t number = std::stoull(text.substr(0, digits));
+  const std::string unit = text.substr(digits);
+  const std::pair<const char*, uint64_t> units[] = {{"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000'000},
+                                                     {"GB", 1000'000'000}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20},
+                                                     {"GiB", 1ull << 30}};
+  for (const auto& [name, factor] : units) {
+    if (unit == name) {
+      TORCH_CHECK_VALUE(number > 0, "invalid size '", text, "': must be positive");
+      return number * factor;
+    }
+  }
+  TORCH_CHECK_VALUE(false, "invalid size '", text, "': unknown unit '", unit, "' (use B, KB, MB, GB, KiB, MiB or GiB)");
+}
+
+Checkpoint Checkpoint::open(const std::string& path) {
+  std::string target = path;
+  if (is_directory(path)) {
+    if (exists(path + "/model" + kIndexSuffix)) target = path + "/model" + kIndexSuffix;
+    else if (exists(path + "/model.safetensors")) target = path + "/model.safetensors";
+    else TORCH_CHECK_VALUE(false, path, ": directory holds neither model", kIndexSuffix, " nor model.safetensors");
+  }
+  Checkpoint checkpoint;
+  if (target.size() < 5 || target.substr(target.size() - 5) != ".json") {
+    checkpoint.shards_.push_back(SafetensorsFile::open(target));
+    for (const auto& r : checkpoint.shards_.front().tensors()) checkpoint.owner_[r.name] = 0;
+    return checkpoint;
+  }
+  checkpoint.index_file_ = target;
+  std::ifstream in(target);
+  TORCH_CHECK_VALUE(in.good(), target, ": cannot open the index");
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    TORCH_CHECK_VALUE(false, target, ": index is not valid JSON: ", e.what());
+  }
+  TORCH_CHECK_VALUE(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), target,
+                    ": index lacks a \"weight_map\" object");
+  // Shards open in file-name order (model-00001-of-N first), whatever order the map lists them in.
+  std::map<std::string, size_t> shard_numbers;
+  const std::string directory = directory_of(target);
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    TORCH_CHECK_VALUE(file.is_string(), target, ": weight_map entry for '", name, "' must be a file name");
+    const std::string shard = file.get<std::string>();
+    TORCH_CHECK_VALUE(shard.find('/') == std::string::npos, target, ": shard '", shard, "' must be a plain file name");
+    shard_numbers.emplace(shard, 0);
+  }
+  for (auto& [shard, number] : shard_numbers) {
+    number = checkpoint.shards_.size();
+    checkpoint.shards_.push_back(SafetensorsFile::open(directory + "/" + shard));
+  }
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    const std::string shard = file.get<std::string>();
+    const size_t owner = shard_numbers.at(shard);
+    TORCH_CHECK_VALUE(checkpoint.shards_[owner].contains(name), target, ": tensor '", name, "' is mapped to ", shard,
+                      ", which does not hold it");
+    checkpoint.owner_[name] = owner;
+  }
+  for (const auto& shard : checkpoint.shards_) {
+    for (const auto& r : shard.tensors()) {
+      const auto it = checkpoint.owner_.find(r.name);
+      TORCH_CHECK_VALUE(it != checkpoint.owner_.end() && checkpoint.shards_[it->second].path() == shard.path(), target,
+                        ": shard ", shard.path(), " holds tensor '", r.name, "', which the weight_map does not map to it");
+    }
+  }
+  return checkpoint;
+}
+
+std::vector<std::string> Checkpoint::names() const {
+  std::vector<std::string> names;
+  for (const auto& shard : shards_) {
+    for (const auto& r : shard.tensors()) names.push_back(r.name);
+  }
+  return names;
+}
+
+const SafetensorsFile& Checkpoint::shard_of(const std::string& name) const {
+  const auto it = owner_.find(name);
+  TORCH_CHECK_VALUE(it != owner_.end(), sharded() ? index_file_ : shards_.front().path(), ": no tensor named '", name, "'");
+  return shards_[it->second];
+}
+
+std::vector<std::string> save_sharded(const std::string& directory,
+                                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                                      uint64_t max_shard_bytes, const std::map<std::string, std::string>& metadata,
+                                      const std::string& prefix) {
+  TORCH_CHECK_VALUE(max_shard_bytes > 0, directory, ": the maximum shard size must be positive");
+  if (!is_directory(directory)) {
+    TORCH_CHECK(::mkdir(directory.c_str(), 0755) == 0, directory, ": cannot create the directory");
+  }
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> groups(1);
+  uint64_t current = 0, total = 0;
+  for (const auto& entry : tensors) {
+    const uint64_t bytes = entry.second.numel() * entry.second.element_size();
+    if (!groups.back().empty() && current + bytes > max_shard_bytes) {
+      groups.emplace_back();
+      current = 0;
+    }
+    groups.back().push_back(entry);
+    current += bytes;
+    total += bytes;
+  }
+  std::vector<std::string> written;
+  if (groups.size() == 1) {
+    save(directory + "/" + prefix + ".safetensors", groups.front(), metadata);
+    return {prefix + ".safetensors"};
+  }
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const std::string name = shard_name(prefix, i + 1, groups.size());
+    save(directory + "/" + name, groups[i], metadata);
+    for (const auto& entry : groups[i]) weight_map[entry.first] = name;
+    written.push_back(name);
+  }
+  const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  write_text_atomically(directory + "/" + prefix + kIndexSuffix, index.dump(2));
+  written.push_back(prefix + kIndexSuffix);
+  return written;
+}
+
+}  // namespace torchbridge::checkpoint
