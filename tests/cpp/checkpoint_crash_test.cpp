@@ -1,0 +1,60 @@
+// A checkpoint being rewritten is killed with SIGKILL at random points; after every kill the file
+// must still open, validate, and hold one complete version (never a mix or a torn write).
+#include <torchbridge/checkpoint/safetensors.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <random>
+#include <set>
+
+namespace torchbridge::checkpoint {
+namespace {
+
+TEST(CheckpointCrashSafety, SurvivesFiftyKillsAtRandomPoints) {
+  const std::string path = ::testing::TempDir() + "crash_" + std::to_string(::getpid()) + ".safetensors";
+  save(path, {{"x", at::full({1 << 20}, 0.0f)}}, {{"version", "0"}});
+  std::mt19937 random(12345);
+  std::uniform_int_distribution<int> delay_us(2000, 60000);
+  int last_version = 0;
+  std::set<int> versions_seen;
+  for (int kill_number = 0; kill_number < 50; ++kill_number) {
+    int ready_pipe[2];
+    ASSERT_EQ(pipe(ready_pipe), 0);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      dup2(ready_pipe[1], STDOUT_FILENO);
+      close(ready_pipe[0]);
+      execl(TORCHBRIDGE_WRITER_LOOP_PATH, TORCHBRIDGE_WRITER_LOOP_PATH, path.c_str(), nullptr);
+      _exit(127);
+    }
+    close(ready_pipe[1]);
+    char ready[6] = {};
+    ASSERT_EQ(read(ready_pipe[0], ready, 5), 5) << "the writer did not start";
+    close(ready_pipe[0]);
+    usleep(delay_us(random));  // lands anywhere in the following saves
+    ASSERT_EQ(kill(child, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the writer must have been killed, not have exited";
+
+    const auto file = SafetensorsFile::open(path);  // validates header, offsets and sizes
+    const int version = std::stoi(file.metadata().at("version"));
+    const at::Tensor x = file.load("x");
+    EXPECT_TRUE(at::all(x == float(version)).item<bool>()) << "kill " << kill_number << " left a torn version "
+                                                            << version;
+    last_version = std::max(last_version, version);
+    versions_seen.insert(version);
+  }
+  EXPECT_GT(last_version, 0) << "the writer never completed a save; the kills came too early to test anything";
+  // Kills landing after different numbers of saves show they hit different phases of a save.
+  EXPECT_GE(versions_seen.size(), 5u) << "the kills always landed at the same point";
+}
+
+}  // namespace
+}  // namespace torchbridge::checkpoint
