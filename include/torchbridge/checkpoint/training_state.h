@@ -1,0 +1,55 @@
+#pragma once
+// A training run's full state in one safetensors file: model parameters and buffers, optimizer
+// state (SGD with momentum, Adam, AdamW: moment buffers, step counts, hyper-parameters), RNG
+// states per backend, step/epoch counters and user metadata. Restoring can place the model on
+// other devices and change dtypes, so a run saved on one backend resumes on another.
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace torchbridge::checkpoint {
+
+struct TrainingProgress {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  std::map<std::string, std::string> user_metadata;
+};
+
+enum class DtypePolicy {
+  kKeep,                // load every tensor in its saved dtype
+  kCastFloating,        // cast every floating-point tensor to RestoreOptions::cast_to
+  kConvertUnsupported,  // only what the target device cannot hold (bf16 -> fp32 where bf16 is unsupported)
+};
+
+struct RestoreOptions {
+  // Module-name prefix -> device; the longest matching prefix wins, "" matches everything.
+  // Empty: every tensor goes where the model's parameters already are.
+  std::vector<std::pair<std::string, c10::Device>> device_map;
+  DtypePolicy dtype_policy = DtypePolicy::kKeep;
+  c10::ScalarType cast_to = c10::ScalarType::Float;
+  bool restore_rng = true;  // restores the generators that exist here; others are skipped
+};
+
+void save_training_state(const std::string& path, const torch::nn::Module& model,
+                         const torch::optim::Optimizer& optimizer, const TrainingProgress& progress);
+
+// Restores into `model` and `optimizer` (same architecture and optimizer type as saved; any
+// mismatch raises naming the tensor or setting). Returns the saved progress.
+TrainingProgress load_training_state(const std::string& path, torch::nn::Module& model,
+                                     torch::optim::Optimizer& optimizer, const RestoreOptions& options = {});
+
+}  // namespace torchbridge::checkpoint

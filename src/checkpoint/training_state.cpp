@@ -1,0 +1,240 @@
+#include <torchbridge/checkpoint/training_state.h>
+
+#include <torchbridge/checkpoint/safetensors.h>
+#include <torchbridge/registry.h>
+
+#include <ATen/Context.h>
+#include <nlohmann/json.hpp>
+#include <torch/nn/module.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+namespace torchbridge::checkpoint {
+namespace {
+
+using json = nlohmann::json;
+constexpr const char* kFormat = "torchbridge.training_state/1";
+
+std::vector<std::pair<std::string, at::Tensor>> named_state(const torch::nn::Module& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : model.named_parameters()) out.emplace_back(item.key(), item.value());
+  for (const auto& item : model.named_buffers()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+std::vector<at::Tensor> optimizer_params(const torch::optim::Optimizer& optimizer) {
+  std::vector<at::Tensor> params;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) params.push_back(p);
+  }
+  return params;
+}
+
+// The optimizer's type and hyper-parameters per group, as JSON.
+json describe(const torch::optim::Optimizer& optimizer) {
+  json groups = json::array();
+  std::string type;
+  for (const auto& group : optimizer.param_groups()) {
+    const auto& options = group.options();
+    if (const auto* o = dynamic_cast<const torch::optim::SGDOptions*>(&options)) {
+      type = "SGD";
+      groups.push_back({{"lr", o->lr()}, {"momentum", o->momentum()}, {"dampening", o->dampening()},
+                        {"weight_decay", o->weight_decay()}, {"nesterov", o->nesterov()}});
+    } else if (const auto* o = dynamic_cast<const torch::optim::AdamWOptions*>(&options)) {
+      type = "AdamW";
+      groups.push_back({{"lr", o->lr()}, {"beta1", std::get<0>(o->betas())}, {"beta2", std::get<1>(o->betas())},
+                        {"eps", o->eps()}, {"weight_decay", o->weight_decay()}, {"amsgrad", o->amsgrad()}});
+    } else if (const auto* o = dynamic_cast<const torch::optim::AdamOptions*>(&options)) {
+      type = "Adam";
+      groups.push_back({{"lr", o->lr()}, {"beta1", std::get<0>(o->betas())}, {"beta2", std::get<1>(o->betas())},
+                        {"eps", o->eps()}, {"weight_decay", o->weight_decay()}, {"amsgrad", o->amsgrad()}});
+    } else {
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "saving optimizer state supports SGD, Adam and AdamW");
+    }
+    groups.back()["size"] = group.params().size();
+  }
+  return {{"type", type}, {"groups", groups}};
+}
+
+template <typename Options>
+void restore_adam_like(Options& o, const json& g) {
+  o.lr(g["lr"].get<double>());
+  o.betas(std::make_tuple(g["beta1"].get<double>(), g["beta2"].get<double>()));
+  o.eps(g["eps"].get<double>());
+  o.weight_decay(g["weight_decay"].get<double>());
+  o.amsgrad(g["amsgrad"].get<bool>());
+}
+
+// Accelerator generators to save: every device of every available non-CPU backend.
+std::vector<c10::Device> generator_devices() {
+  std::vector<c10::Device> devices;
+  for (const auto& entry : BackendRegistry::instance().entries()) {
+    if (entry.name == "cpu" || !entry.backend->is_available()) continue;
+    for (int i = 0; i < entry.backend->device_count(); ++i) devices.push_back(entry.backend->device(i));
+  }
+  return devices;
+}
+
+c10::Device device_for(const std::string& name, const RestoreOptions& options, const c10::Device& current) {
+  std::optional<std::pair<size_t, c10::Device>> best;
+  for (const auto& [prefix, device] : options.device_map) {
+    if (name.rfind(prefix, 0) == 0 && (!best || prefix.size() > best->first)) best = {prefix.size(), device};
+  }
+  return best ? best->second : current;
+}
+
+c10::ScalarType dtype_for(const at::Tensor& saved, const RestoreOptions& options, const c10::Device& device) {
+  if (!saved.is_floating_point()) return saved.scalar_type();
+  switch (options.dtype_policy) {
+    case DtypePolicy::kKeep: return saved.scalar_type();
+    case DtypePolicy::kCastFloating: return options.cast_to;
+    case DtypePolicy::kConvertUnsupported: {
+      if (saved.scalar_type() != at::kBFloat16 && saved.scalar_type() != at::kHalf) return saved.scalar_type();
+      const auto backend = BackendRegistry::instance().lookup(c10::DeviceTypeName(device.type(), true));
+      const auto& dtypes = backend->info(device.has_index() ? device.index() : 0).supported_dtypes;
+      const bool held = std::find(dtypes.begin(), dtypes.end(), saved.scalar_type()) != dtypes.end();
+      return held ? saved.scalar_type() : at::kFloat;
+    }
+  }
+  return saved.scalar_type();
+}
+
+}  // namespace
+
+void save_training_state(const std::string& path, const torch::nn::Module& model,
+                         const torch::optim::Optimizer& optimizer, const TrainingProgress& progress) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  json devices = json::object(), dtypes = json::object();
+  for (const auto& [name, tensor] : named_state(model)) {
+    tensors.emplace_back("model." + name, tensor.detach());
+    devices[name] = tensor.device().str();
+    dtypes[name] = c10::toString(tensor.scalar_type());
+  }
+  const json optimizer_json = describe(optimizer);
+  const auto params = optimizer_params(optimizer);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto it = optimizer.state().find(params[i].unsafeGetTensorImpl());
+    if (it == optimizer.state().end()) continue;  // no step taken for this parameter yet
+    const std::string key = "optimizer." + std::to_string(i) + ".";
+    if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(it->second.get())) {
+      if (s->momentum_buffer().defined()) tensors.emplace_back(key + "momentum_buffer", s->momentum_buffer());
+    } else if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(it->second.get())) {
+      tensors.emplace_back(key + "step", at::scalar_tensor(s->step(), at::kLong));
+      tensors.emplace_back(key + "exp_avg", s->exp_avg());
+      tensors.emplace_back(key + "exp_avg_sq", s->exp_avg_sq());
+      if (s->max_exp_avg_sq().defined()) tensors.emplace_back(key + "max_exp_avg_sq", s->max_exp_avg_sq());
+    } else if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get())) {
+      tensors.emplace_back(key + "step", at::scalar_tensor(s->step(), at::kLong));
+      tensors.emplace_back(key + "exp_avg", s->exp_avg());
+      tensors.emplace_back(key + "exp_avg_sq", s->exp_avg_sq());
+      if (s->max_exp_avg_sq().defined()) tensors.emplace_back(key + "max_exp_avg_sq", s->max_exp_avg_sq());
+    }
+  }
+  tensors.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+  for (const auto& device : generator_devices()) {
+    tensors.emplace_back("rng." + device.str(), at::globalContext().defaultGenerator(device).get_state());
+  }
+  std::map<std::string, std::string> metadata = {
+      {"format", kFormat},
+      {"torchbridge.step", std::to_string(progress.step)},
+      {"torchbridge.epoch", std::to_string(progress.epoch)},
+      {"torchbridge.optimizer", optimizer_json.dump()},
+      {"torchbridge.source_devices", devices.dump()},
+      {"torchbridge.source_dtypes", dtypes.dump()},
+      {"torchbridge.source_backend", detect_best_backend()},
+  };
+  for (const auto& [key, value] : progress.user_metadata) metadata["user." + key] = value;
+  save(path, tensors, metadata);
+}
+
+TrainingProgress load_training_state(const std::string& path, torch::nn::Module& model,
+                                     torch::optim::Optimizer& optimizer, const RestoreOptions& options) {
+  const auto file = SafetensorsFile::open(path);
+  const auto& metadata = file.metadata();
+  TORCH_CHECK_VALUE(metadata.count("format") && metadata.at("format") == kFormat, path,
+                    ": not a TorchBridge training state (metadata format is not ", kFormat, ")");
+  // Model: every parameter and buffer, each on its mapped device in the policy's dtype.
+  for (const auto& [name, tensor] : named_state(model)) {
+    TORCH_CHECK_VALUE(file.contains("model." + name), path, ": the model has '", name, "' but the state does not");
+    const at::Tensor saved = file.load("model." + name);
+    TORCH_CHECK_VALUE(saved.sizes() == tensor.sizes(), path, ": '", name, "' was saved with shape ", saved.sizes(),
+                      " but the model's is ", tensor.sizes());
+    const c10::Device device = device_for(name, options, tensor.device());
+    at::Tensor placed = saved.to(device, dtype_for(saved, options, device), false, true);
+    at::NoGradGuard no_grad;
+    tensor.set_data(placed);
+  }
+  // Optimizer: hyper-parameters, then per-parameter state beside each (now placed) parameter.
+  const json description = json::parse(metadata.at("torchbridge.optimizer"));
+  const json current = describe(optimizer);
+  TORCH_CHECK_VALUE(current["type"] == description["type"], path, ": the state holds a ",
+                    description["type"].get<std::string>(), " optimizer but a ", current["type"].get<std::string>(),
+                    " was given");
+  auto& groups = optimizer.param_groups();
+  TORCH_CHECK_VALUE(groups.size() == description["groups"].size(), path, ": parameter group count differs");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const json& saved = description["groups"][g];
+    TORCH_CHECK_VALUE(saved["size"].get<size_t>() == groups[g].params().size(), path, ": parameter group ", g,
+                      " has ", groups[g].params().size(), " parameters but ", saved["size"].get<size_t>(), " were saved");
+    auto& options_g = groups[g].options();
+    if (auto* o = dynamic_cast<torch::optim::SGDOptions*>(&options_g)) {
+      o->lr(saved["lr"]).momentum(saved["momentum"]).dampening(saved["dampening"]);
+      o->weight_decay(saved["weight_decay"]).nesterov(saved["nesterov"]);
+    } else if (auto* o = dynamic_cast<torch::optim::AdamWOptions*>(&options_g)) {
+      restore_adam_like(*o, saved);
+    } else if (auto* o = dynamic_cast<torch::optim::AdamOptions*>(&options_g)) {
+      restore_adam_like(*o, saved);
+    }
+  }
+  const auto params = optimizer_params(optimizer);
+  const std::string type = description["type"];
+  auto& state = optimizer.state();
+  state.clear();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string key = "optimizer." + std::to_string(i) + ".";
+    const auto like_param = [&](const std::string& name) {
+      return file.load(key + name).to(params[i].device(), params[i].scalar_type(), false, true);
+    };
+    if (type == "SGD") {
+      if (!file.contains(key + "momentum_buffer")) continue;
+      auto s = std::make_unique<torch::optim::SGDParamState>();
+      s->momentum_buffer(like_param("momentum_buffer"));
+      state[params[i].unsafeGetTensorImpl()] = std::move(s);
+      continue;
+    }
+    if (!file.contains(key + "step")) continue;
+    const int64_t step = file.load(key + "step").item<int64_t>();
+    if (type == "Adam") {
+      auto s = std::make_unique<torch::optim::AdamParamState>();
+      s->step(step).exp_avg(like_param("exp_avg")).exp_avg_sq(like_param("exp_avg_sq"));
+      if (file.contains(key + "max_exp_avg_sq")) s->max_exp_avg_sq(like_param("max_exp_avg_sq"));
+      state[params[i].unsafeGetTensorImpl()] = std::move(s);
+    } else {
+      auto s = std::make_unique<torch::optim::AdamWParamState>();
+      s->step(step).exp_avg(like_param("exp_avg")).exp_avg_sq(like_param("exp_avg_sq"));
+      if (file.contains(key + "max_exp_avg_sq")) s->max_exp_avg_sq(like_param("max_exp_avg_sq"));
+      state[params[i].unsafeGetTensorImpl()] = std::move(s);
+    }
+  }
+  if (options.restore_rng) {
+    // Generators are handles: a copy sets the process's default generator itself.
+    const auto restore = [&](at::Generator generator, const std::string& key) {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(file.load(key));
+    };
+    restore(at::detail::getDefaultCPUGenerator(), "rng.cpu");
+    for (const auto& device : generator_devices()) {
+      if (file.contains("rng." + device.str())) restore(at::globalContext().defaultGenerator(device), "rng." + device.str());
+    }
+  }
+  TrainingProgress progress;
+  progress.step = std::stoll(metadata.at("torchbridge.step"));
+  progress.epoch = std::stoll(metadata.at("torchbridge.epoch"));
+  for (const auto& [key, value] : metadata) {
+    if (key.rfind("user.", 0) == 0) progress.user_metadata[key.substr(5)] = value;
+  }
+  return progress;
+}
+
+}  // namespace torchbridge::checkpoint
