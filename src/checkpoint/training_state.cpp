@@ -154,18 +154,15 @@ TrainingProgress load_training_state(const std::string& path, torch::nn::Module&
   const auto& metadata = file.metadata();
   TORCH_CHECK_VALUE(metadata.count("format") && metadata.at("format") == kFormat, path,
                     ": not a TorchBridge training state (metadata format is not ", kFormat, ")");
-  // Model: every parameter and buffer, each on its mapped device in the policy's dtype.
-  for (const auto& [name, tensor] : named_state(model)) {
+  // Everything is checked before anything changes: a failed restore leaves model and optimizer
+  // exactly as they were.
+  const auto state = named_state(model);
+  for (const auto& [name, tensor] : state) {
     TORCH_CHECK_VALUE(file.contains("model." + name), path, ": the model has '", name, "' but the state does not");
-    const at::Tensor saved = file.load("model." + name);
-    TORCH_CHECK_VALUE(saved.sizes() == tensor.sizes(), path, ": '", name, "' was saved with shape ", saved.sizes(),
-                      " but the model's is ", tensor.sizes());
-    const c10::Device device = device_for(name, options, tensor.device());
-    at::Tensor placed = saved.to(device, dtype_for(saved, options, device), false, true);
-    at::NoGradGuard no_grad;
-    tensor.set_data(placed);
+    const auto& saved = file.record("model." + name);
+    TORCH_CHECK_VALUE(c10::IntArrayRef(saved.shape) == tensor.sizes(), path, ": '", name, "' was saved with shape ",
+                      c10::IntArrayRef(saved.shape), " but the model's is ", tensor.sizes());
   }
-  // Optimizer: hyper-parameters, then per-parameter state beside each (now placed) parameter.
   const json description = json::parse(metadata.at("torchbridge.optimizer"));
   const json current = describe(optimizer);
   TORCH_CHECK_VALUE(current["type"] == description["type"], path, ": the state holds a ",
@@ -174,9 +171,21 @@ TrainingProgress load_training_state(const std::string& path, torch::nn::Module&
   auto& groups = optimizer.param_groups();
   TORCH_CHECK_VALUE(groups.size() == description["groups"].size(), path, ": parameter group count differs");
   for (size_t g = 0; g < groups.size(); ++g) {
+    const size_t saved_size = description["groups"][g]["size"].get<size_t>();
+    TORCH_CHECK_VALUE(saved_size == groups[g].params().size(), path, ": parameter group ", g, " has ",
+                      groups[g].params().size(), " parameters but ", saved_size, " were saved");
+  }
+  // Model: every parameter and buffer, each on its mapped device in the policy's dtype.
+  for (const auto& [name, tensor] : state) {
+    const at::Tensor saved = file.load("model." + name);
+    const c10::Device device = device_for(name, options, tensor.device());
+    at::Tensor placed = saved.to(device, dtype_for(saved, options, device), false, true);
+    at::NoGradGuard no_grad;
+    tensor.set_data(placed);
+  }
+  // Optimizer: hyper-parameters, then per-parameter state beside each (now placed) parameter.
+  for (size_t g = 0; g < groups.size(); ++g) {
     const json& saved = description["groups"][g];
-    TORCH_CHECK_VALUE(saved["size"].get<size_t>() == groups[g].params().size(), path, ": parameter group ", g,
-                      " has ", groups[g].params().size(), " parameters but ", saved["size"].get<size_t>(), " were saved");
     auto& options_g = groups[g].options();
     if (auto* o = dynamic_cast<torch::optim::SGDOptions*>(&options_g)) {
       o->lr(saved["lr"]).momentum(saved["momentum"]).dampening(saved["dampening"]);

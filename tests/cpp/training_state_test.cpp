@@ -106,10 +106,13 @@ TEST(TrainingStateErrors, MismatchesAreNamed) {
   auto adam = make_optimizer("Adam", model);
   EXPECT_NE(error_of([&] { load_training_state(path, *model, *adam); }).find("holds a SGD optimizer but a Adam"),
             std::string::npos);
-  torch::nn::Sequential other(torch::nn::Linear(6, 3));
+  // The second layer's shape differs; the first layer (checked earlier) must not be touched either.
+  torch::nn::Sequential other(torch::nn::Linear(6, 8), torch::nn::Tanh(), torch::nn::Linear(8, 3));
   auto other_sgd = make_optimizer("SGD", other);
+  const at::Tensor untouched = other->parameters()[0].detach().clone();
   EXPECT_NE(error_of([&] { load_training_state(path, *other, *other_sgd); }).find("was saved with shape"),
             std::string::npos);
+  EXPECT_TRUE(at::equal(other->parameters()[0], untouched)) << "a failed restore partially loaded the model";
 }
 
 TEST(TrainingStateDtypes, PoliciesCastOrKeep) {
