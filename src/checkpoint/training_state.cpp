@@ -156,8 +156,8 @@ TrainingProgress load_training_state(const std::string& path, torch::nn::Module&
                     ": not a TorchBridge training state (metadata format is not ", kFormat, ")");
   // Everything is checked before anything changes: a failed restore leaves model and optimizer
   // exactly as they were.
-  const auto state = named_state(model);
-  for (const auto& [name, tensor] : state) {
+  const auto model_state = named_state(model);
+  for (const auto& [name, tensor] : model_state) {
     TORCH_CHECK_VALUE(file.contains("model." + name), path, ": the model has '", name, "' but the state does not");
     const auto& saved = file.record("model." + name);
     TORCH_CHECK_VALUE(c10::IntArrayRef(saved.shape) == tensor.sizes(), path, ": '", name, "' was saved with shape ",
@@ -176,7 +176,7 @@ TrainingProgress load_training_state(const std::string& path, torch::nn::Module&
                       groups[g].params().size(), " parameters but ", saved_size, " were saved");
   }
   // Model: every parameter and buffer, each on its mapped device in the policy's dtype.
-  for (const auto& [name, tensor] : state) {
+  for (const auto& [name, tensor] : model_state) {
     const at::Tensor saved = file.load("model." + name);
     const c10::Device device = device_for(name, options, tensor.device());
     at::Tensor placed = saved.to(device, dtype_for(saved, options, device), false, true);
