@@ -22,13 +22,18 @@ constexpr const char* kHelp = R"(usage: torchbridge checkpoint COMMAND ...
                                      without reading tensor data
   verify PATH                        full validation, reading every tensor; exit 0 valid, 1 invalid
   convert IN OUT [--dtype DTYPE] [--shard-size SIZE]
-                                     rewrite IN as OUT (atomically), casting floating-point tensors
+                                     rewrite IN (safetensors, or a torch.save state dict: .pt,
+                                     .pth, .bin) as OUT (atomically), casting floating-point tensors
                                      to DTYPE (float32, float16, bfloat16, float64); with a shard
                                      size (e.g. 500MB, 2GiB) OUT is a directory of shards + index
 
 PATH is a .safetensors file, a Hugging Face index (*.safetensors.index.json) or a directory
 holding model.safetensors.index.json or model.safetensors.
 )";
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 c10::ScalarType parse_float_dtype(const std::string& text) {
   for (const auto dtype : {c10::kFloat, c10::kHalf, c10::kBFloat16, c10::kDouble}) {
@@ -101,23 +106,30 @@ int convert(const std::vector<std::string>& args) {
   if (const std::string* text = parsed.option("--dtype")) dtype = parse_float_dtype(*text);
   std::optional<uint64_t> shard_size;
   if (const std::string* text = parsed.option("--shard-size")) shard_size = checkpoint::parse_size(*text);
-  const auto input = checkpoint::Checkpoint::open(parsed.positional[0]);
+  const std::string& in = parsed.positional[0];
+  const bool from_torch_save = ends_with(in, ".pt") || ends_with(in, ".pth") || ends_with(in, ".bin");
   const bool progress = isatty(STDERR_FILENO) != 0;  // a progress line only for a person watching
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  const auto names = input.names();
-  for (const auto& name : names) {
-    at::Tensor t = input.load(name);
-    if (dtype && t.is_floating_point()) t = t.to(*dtype);
-    tensors.emplace_back(name, t);
-    if (progress) std::cerr << "\rconverting " << tensors.size() << "/" << names.size() << " tensors" << std::flush;
+  std::map<std::string, std::string> metadata;
+  if (from_torch_save) {
+    tensors = checkpoint::read_torch_save(in);
+    metadata["format"] = "pt";
+  } else {
+    const auto input = checkpoint::Checkpoint::open(in);
+    metadata = input.metadata();
+    for (const auto& name : input.names()) tensors.emplace_back(name, input.load(name));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (dtype && tensors[i].second.is_floating_point()) tensors[i].second = tensors[i].second.to(*dtype);
+    if (progress) std::cerr << "\rconverting " << i + 1 << "/" << tensors.size() << " tensors" << std::flush;
   }
   if (shard_size) {
-    const auto files = checkpoint::save_sharded(parsed.positional[1], tensors, *shard_size, input.metadata());
+    const auto files = checkpoint::save_sharded(parsed.positional[1], tensors, *shard_size, metadata);
     if (progress) std::cerr << "\n";
     std::cout << parsed.positional[1] << ": wrote " << tensors.size() << " tensors in " << files.size() << " files\n";
     return 0;
   }
-  checkpoint::save(parsed.positional[1], tensors, input.metadata());
+  checkpoint::save(parsed.positional[1], tensors, metadata);
   if (progress) std::cerr << "\n";
   std::cout << parsed.positional[1] << ": wrote " << tensors.size() << " tensors\n";
   return 0;

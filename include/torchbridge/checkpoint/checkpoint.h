@@ -40,6 +40,12 @@ std::vector<std::string> save_sharded(const std::string& directory,
                                       uint64_t max_shard_bytes, const std::map<std::string, std::string>& metadata = {},
                                       const std::string& prefix = "model");
 
+// The tensors of a state dict saved by Python's torch.save (zip format), in the file's order.
+// Anything that is not a dict of names to tensors raises naming the file and the entry.
+// Limitation: LibTorch's unpickler reads collections.OrderedDict (the type state_dict() returns)
+// as None, so such files raise advising torch.save(dict(model.state_dict())).
+std::vector<std::pair<std::string, at::Tensor>> read_torch_save(const std::string& path);
+
 // Parses sizes such as "5GB", "500MB", "10MiB" or "1048576" (GB/MB/KB are powers of 1000 as
 // Hugging Face uses them; GiB/MiB/KiB powers of 1024).
 uint64_t parse_size(const std::string& text);
