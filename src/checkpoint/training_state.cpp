@@ -102,6 +102,43 @@ c10::ScalarType dtype_for(const at::Tensor& saved, const RestoreOptions& options
 
 }  // namespace
 
+std::vector<std::pair<std::string, c10::Device>> auto_device_map(
+    const std::vector<std::pair<std::string, int64_t>>& tensor_bytes, const std::string& backend_name) {
+  const auto backend = create_backend(backend_name);
+  std::vector<std::pair<c10::Device, double>> devices;  // device, free bytes
+  double free_total = 0;
+  for (int i = 0; i < backend->device_count(); ++i) {
+    const auto free = backend->memory_stats(i).free_bytes;
+    TORCH_CHECK(free.has_value(), "the auto device map needs free memory, which backend '", backend->name(),
+                "' does not report");
+    devices.emplace_back(backend->device(i), double(*free));
+    free_total += double(*free);
+  }
+  // Bytes per top-level module, in model order.
+  std::vector<std::pair<std::string, int64_t>> modules;
+  int64_t total = 0;
+  for (const auto& [name, bytes] : tensor_bytes) {
+    const std::string top = name.substr(0, name.find('.')) + ".";
+    if (modules.empty() || modules.back().first != top) modules.emplace_back(top, 0);
+    modules.back().second += bytes;
+    total += bytes;
+  }
+  std::vector<std::pair<std::string, c10::Device>> map;
+  size_t device = 0;
+  double budget = total * devices[0].second / free_total, used = 0;
+  for (const auto& [prefix, bytes] : modules) {
+    // Move on once this device's share is taken (the last device takes whatever remains).
+    if (used > 0 && used + bytes > budget + 1e-9 && device + 1 < devices.size()) {
+      ++device;
+      budget = total * devices[device].second / free_total;
+      used = 0;
+    }
+    map.emplace_back(prefix, devices[device].first);
+    used += bytes;
+  }
+  return map;
+}
+
 void save_training_state(const std::string& path, const torch::nn::Module& model,
                          const torch::optim::Optimizer& optimizer, const TrainingProgress& progress) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
@@ -175,10 +212,16 @@ TrainingProgress load_training_state(const std::string& path, torch::nn::Module&
     TORCH_CHECK_VALUE(saved_size == groups[g].params().size(), path, ": parameter group ", g, " has ",
                       groups[g].params().size(), " parameters but ", saved_size, " were saved");
   }
+  RestoreOptions placement = options;
+  if (!options.auto_backend.empty()) {
+    std::vector<std::pair<std::string, int64_t>> sizes;
+    for (const auto& [name, tensor] : model_state) sizes.emplace_back(name, int64_t(tensor.nbytes()));
+    placement.device_map = auto_device_map(sizes, options.auto_backend);
+  }
   // Model: every parameter and buffer, each on its mapped device in the policy's dtype.
   for (const auto& [name, tensor] : model_state) {
     const at::Tensor saved = file.load("model." + name);
-    const c10::Device device = device_for(name, options, tensor.device());
+    const c10::Device device = device_for(name, placement, tensor.device());
     at::Tensor placed = saved.to(device, dtype_for(saved, options, device), false, true);
     at::NoGradGuard no_grad;
     tensor.set_data(placed);

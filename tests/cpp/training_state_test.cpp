@@ -115,6 +115,27 @@ TEST(TrainingStateErrors, MismatchesAreNamed) {
   EXPECT_TRUE(at::equal(other->parameters()[0], untouched)) << "a failed restore partially loaded the model";
 }
 
+TEST(TrainingStateDevices, AutoSpreadsModulesOverDevicesByFreeMemory) {
+  const auto emu = create_backend("emu");  // two devices with equal free memory
+  torch::nn::Sequential model(torch::nn::Linear(64, 64), torch::nn::Linear(64, 64), torch::nn::Linear(64, 64),
+                              torch::nn::Linear(64, 64));
+  auto sgd = make_optimizer("SGD", model);
+  const std::string path = ::testing::TempDir() + "state_auto.safetensors";
+  save_training_state(path, *model, *sgd, {});
+  torch::nn::Sequential restored(torch::nn::Linear(64, 64), torch::nn::Linear(64, 64), torch::nn::Linear(64, 64),
+                                 torch::nn::Linear(64, 64));
+  auto restored_sgd = make_optimizer("SGD", restored);
+  RestoreOptions options;
+  options.auto_backend = "emu";
+  load_training_state(path, *restored, *restored_sgd, options);
+  const auto params = restored->named_parameters();
+  EXPECT_EQ(params["0.weight"].device(), emu->device(0));
+  EXPECT_EQ(params["1.weight"].device(), emu->device(0));
+  EXPECT_EQ(params["2.weight"].device(), emu->device(1));
+  EXPECT_EQ(params["3.bias"].device(), emu->device(1));
+  EXPECT_TRUE(at::equal(params["3.weight"].cpu(), model->named_parameters()["3.weight"]));
+}
+
 TEST(TrainingStateDtypes, PoliciesCastOrKeep) {
   const std::string path = ::testing::TempDir() + "state_dtypes.safetensors";
   auto model = make_model(1);

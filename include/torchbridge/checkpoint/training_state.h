@@ -39,10 +39,18 @@ struct RestoreOptions {
   // Module-name prefix -> device; the longest matching prefix wins, "" matches everything.
   // Empty: every tensor goes where the model's parameters already are.
   std::vector<std::pair<std::string, c10::Device>> device_map;
+  // Non-empty: ignore device_map and spread the model over this backend's devices ("auto").
+  std::string auto_backend;
   DtypePolicy dtype_policy = DtypePolicy::kKeep;
   c10::ScalarType cast_to = c10::ScalarType::Float;
   bool restore_rng = true;  // restores the generators that exist here; others are skipped
 };
+
+// The "auto" device map: top-level modules (the first component of each tensor name), in order,
+// go to `backend`'s devices, each device taking a share of the bytes proportional to its free
+// memory. `tensor_bytes` lists (tensor name, bytes) in model order.
+std::vector<std::pair<std::string, c10::Device>> auto_device_map(
+    const std::vector<std::pair<std::string, int64_t>>& tensor_bytes, const std::string& backend);
 
 void save_training_state(const std::string& path, const torch::nn::Module& model,
                          const torch::optim::Optimizer& optimizer, const TrainingProgress& progress);
