@@ -84,20 +84,38 @@ c10::Device device_for(const std::string& name, const RestoreOptions& options, c
   return best ? best->second : current;
 }
 
+bool is_fp8(c10::ScalarType dtype) { return dtype == at::kFloat8_e4m3fn || dtype == at::kFloat8_e5m2; }
+
+bool device_holds(const c10::Device& device, c10::ScalarType dtype) {
+  const auto backend = BackendRegistry::instance().lookup(c10::DeviceTypeName(device.type(), true));
+  const auto& dtypes = backend->info(device.has_index() ? device.index() : 0).supported_dtypes;
+  return std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end();
+}
+
 c10::ScalarType dtype_for(const at::Tensor& saved, const RestoreOptions& options, const c10::Device& device) {
   if (!saved.is_floating_point()) return saved.scalar_type();
   switch (options.dtype_policy) {
     case DtypePolicy::kKeep: return saved.scalar_type();
     case DtypePolicy::kCastFloating: return options.cast_to;
     case DtypePolicy::kConvertUnsupported: {
-      if (saved.scalar_type() != at::kBFloat16 && saved.scalar_type() != at::kHalf) return saved.scalar_type();
-      const auto backend = BackendRegistry::instance().lookup(c10::DeviceTypeName(device.type(), true));
-      const auto& dtypes = backend->info(device.has_index() ? device.index() : 0).supported_dtypes;
-      const bool held = std::find(dtypes.begin(), dtypes.end(), saved.scalar_type()) != dtypes.end();
-      return held ? saved.scalar_type() : at::kFloat;
+      const auto dtype = saved.scalar_type();
+      if (dtype != at::kBFloat16 && dtype != at::kHalf && !is_fp8(dtype)) return dtype;
+      if (device_holds(device, dtype)) return dtype;
+      // fp8 widens to bf16 where the device has it; everything else to fp32.
+      return is_fp8(dtype) && device_holds(device, at::kBFloat16) ? at::kBFloat16 : at::kFloat;
     }
   }
   return saved.scalar_type();
+}
+
+// An fp8 tensor converted to a wider dtype takes its stored scale into account: `<name>_scale`
+// multiplies, `<name>_scale_inv` divides (the two conventions fp8 checkpoints use).
+at::Tensor widen(const SafetensorsFile& file, const std::string& key, const at::Tensor& saved, c10::ScalarType dtype) {
+  if (!is_fp8(saved.scalar_type()) || is_fp8(dtype)) return saved.to(dtype);
+  const at::Tensor value = saved.to(at::kFloat);
+  if (file.contains(key + "_scale")) return (value * file.load(key + "_scale").to(at::kFloat)).to(dtype);
+  if (file.contains(key + "_scale_inv")) return (value / file.load(key + "_scale_inv").to(at::kFloat)).to(dtype);
+  return value.to(dtype);
 }
 
 }  // namespace
@@ -222,7 +240,7 @@ TrainingProgress load_training_state(const std::string& path, torch::nn::Module&
   for (const auto& [name, tensor] : model_state) {
     const at::Tensor saved = file.load("model." + name);
     const c10::Device device = device_for(name, placement, tensor.device());
-    at::Tensor placed = saved.to(device, dtype_for(saved, options, device), false, true);
+    at::Tensor placed = widen(file, "model." + name, saved, dtype_for(saved, options, device)).to(device, false, true);
     at::NoGradGuard no_grad;
     tensor.set_data(placed);
   }

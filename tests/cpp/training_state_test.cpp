@@ -136,6 +136,35 @@ TEST(TrainingStateDevices, AutoSpreadsModulesOverDevicesByFreeMemory) {
   EXPECT_TRUE(at::equal(params["3.weight"].cpu(), model->named_parameters()["3.weight"]));
 }
 
+struct Fp8Layer : torch::nn::Module {
+  Fp8Layer() {
+    weight = register_buffer("weight", torch::randn({4, 4}).to(at::kFloat8_e4m3fn));
+    weight_scale = register_buffer("weight_scale", torch::full({1}, 0.25));
+  }
+  at::Tensor weight, weight_scale;
+};
+
+TEST(TrainingStateDtypes, Fp8WidensWithItsScaleWhereTheTargetLacksFp8) {
+  const auto cpu = create_backend("cpu");
+  const auto& dtypes = cpu->info(0).supported_dtypes;
+  if (std::find(dtypes.begin(), dtypes.end(), at::kFloat8_e4m3fn) != dtypes.end()) GTEST_SKIP() << "the CPU holds fp8";
+  const bool bf16 = std::find(dtypes.begin(), dtypes.end(), at::kBFloat16) != dtypes.end();
+  torch::manual_seed(3);
+  auto saved = std::make_shared<Fp8Layer>();
+  torch::optim::SGD optimizer(std::vector<at::Tensor>{torch::zeros({1}, torch::requires_grad())},
+                              torch::optim::SGDOptions(0.1));
+  const std::string path = ::testing::TempDir() + "state_fp8.safetensors";
+  save_training_state(path, *saved, optimizer, {});
+  auto restored = std::make_shared<Fp8Layer>();
+  RestoreOptions options;
+  options.dtype_policy = DtypePolicy::kConvertUnsupported;
+  load_training_state(path, *restored, optimizer, options);
+  const at::Tensor weight = restored->named_buffers()["weight"];
+  EXPECT_EQ(weight.scalar_type(), bf16 ? at::kBFloat16 : at::kFloat);
+  const at::Tensor expected = (saved->weight.to(at::kFloat) * 0.25).to(weight.scalar_type());
+  EXPECT_TRUE(at::equal(weight, expected)) << "fp8 values must be multiplied by their stored scale";
+}
+
 TEST(TrainingStateDtypes, PoliciesCastOrKeep) {
   const std::string path = ::testing::TempDir() + "state_dtypes.safetensors";
   auto model = make_model(1);
