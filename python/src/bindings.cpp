@@ -50,6 +50,10 @@ at::Generator device_generator(const std::string& device_type, int index) {
 
 }  // namespace
 
+namespace torchbridge::python {
+void bind_checkpoint(py::module_& m);  // checkpoint_bindings.cpp
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "TorchBridge C++ core";
   m.attr("__version__") = library_version();
@@ -149,6 +153,8 @@ PYBIND11_MODULE(_C, m) {
     std::lock_guard<std::mutex> lock(g.mutex());
     g.set_state(tensor);
   });
+
+  torchbridge::python::bind_checkpoint(m);
 
   m.def("run_cli", [](const std::vector<std::string>& argv) {
     py::gil_scoped_release release;

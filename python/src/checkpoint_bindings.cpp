@@ -1,0 +1,33 @@
+// torchbridge._C checkpoint functions: the C++ safetensors reader/writer, tensors as DLPack.
+#include "dlpack_bridge.h"
+
+#include <torchbridge/checkpoint/checkpoint.h>
+
+#include <pybind11/stl.h>
+
+namespace py = pybind11;
+
+namespace torchbridge::python {
+
+void bind_checkpoint(py::module_& m) {
+  m.def("checkpoint_names", [](const std::string& path) { return checkpoint::Checkpoint::open(path).names(); });
+  m.def("checkpoint_metadata", [](const std::string& path) { return checkpoint::Checkpoint::open(path).metadata(); });
+  // {name: capsule} for `names` (all when empty); CPU tensors alias the file's mapping when aligned.
+  m.def("checkpoint_load", [](const std::string& path, const std::vector<std::string>& names) {
+    const auto file = checkpoint::Checkpoint::open(path);
+    py::dict out;
+    for (const auto& name : names.empty() ? file.names() : names) out[py::str(name)] = to_capsule(file.load(name));
+    return out;
+  });
+  m.def("checkpoint_save", [](const std::string& path, const std::vector<std::pair<std::string, py::capsule>>& items,
+                              const std::map<std::string, std::string>& metadata, uint64_t max_shard_bytes) {
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const auto& [name, capsule] : items) tensors.emplace_back(name, from_capsule(capsule));
+    if (max_shard_bytes > 0) return checkpoint::save_sharded(path, tensors, max_shard_bytes, metadata);
+    checkpoint::save(path, tensors, metadata);
+    return std::vector<std::string>{path};
+  });
+  m.def("parse_size", &checkpoint::parse_size);
+}
+
+}  // namespace torchbridge::python
