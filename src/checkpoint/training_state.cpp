@@ -31,6 +31,12 @@ std::vector<at::Tensor> optimizer_params(const torch::optim::Optimizer& optimize
   return params;
 }
 
+template <typename Options>
+json adam_options_json(const Options& o) {
+  return {{"lr", o.lr()}, {"beta1", std::get<0>(o.betas())}, {"beta2", std::get<1>(o.betas())},
+          {"eps", o.eps()}, {"weight_decay", o.weight_decay()}, {"amsgrad", o.amsgrad()}};
+}
+
 // The optimizer's type and hyper-parameters per group, as JSON.
 json describe(const torch::optim::Optimizer& optimizer) {
   json groups = json::array();
@@ -43,12 +49,10 @@ json describe(const torch::optim::Optimizer& optimizer) {
                         {"weight_decay", o->weight_decay()}, {"nesterov", o->nesterov()}});
     } else if (const auto* o = dynamic_cast<const torch::optim::AdamWOptions*>(&options)) {
       type = "AdamW";
-      groups.push_back({{"lr", o->lr()}, {"beta1", std::get<0>(o->betas())}, {"beta2", std::get<1>(o->betas())},
-                        {"eps", o->eps()}, {"weight_decay", o->weight_decay()}, {"amsgrad", o->amsgrad()}});
+      groups.push_back(adam_options_json(*o));
     } else if (const auto* o = dynamic_cast<const torch::optim::AdamOptions*>(&options)) {
       type = "Adam";
-      groups.push_back({{"lr", o->lr()}, {"beta1", std::get<0>(o->betas())}, {"beta2", std::get<1>(o->betas())},
-                        {"eps", o->eps()}, {"weight_decay", o->weight_decay()}, {"amsgrad", o->amsgrad()}});
+      groups.push_back(adam_options_json(*o));
     } else {
       TORCH_CHECK_NOT_IMPLEMENTED(false, "saving optimizer state supports SGD, Adam and AdamW");
     }
@@ -64,6 +68,24 @@ void restore_adam_like(Options& o, const json& g) {
   o.eps(g["eps"].get<double>());
   o.weight_decay(g["weight_decay"].get<double>());
   o.amsgrad(g["amsgrad"].get<bool>());
+}
+
+// Adam and AdamW keep the same per-parameter fields in two unrelated LibTorch types.
+template <typename State>
+void add_adam_state(const State& s, const std::string& key, std::vector<std::pair<std::string, at::Tensor>>& out) {
+  out.emplace_back(key + "step", at::scalar_tensor(s.step(), at::kLong));
+  out.emplace_back(key + "exp_avg", s.exp_avg());
+  out.emplace_back(key + "exp_avg_sq", s.exp_avg_sq());
+  if (s.max_exp_avg_sq().defined()) out.emplace_back(key + "max_exp_avg_sq", s.max_exp_avg_sq());
+}
+
+template <typename State, typename LikeParam>
+std::unique_ptr<State> adam_state_from(const SafetensorsFile& file, const std::string& key, const LikeParam& like_param) {
+  auto s = std::make_unique<State>();
+  s->step(file.load(key + "step").template item<int64_t>());
+  s->exp_avg(like_param("exp_avg")).exp_avg_sq(like_param("exp_avg_sq"));
+  if (file.contains(key + "max_exp_avg_sq")) s->max_exp_avg_sq(like_param("max_exp_avg_sq"));
+  return s;
 }
 
 // Accelerator generators to save: every device of every available non-CPU backend.
@@ -175,15 +197,9 @@ void save_training_state(const std::string& path, const torch::nn::Module& model
     if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(it->second.get())) {
       if (s->momentum_buffer().defined()) tensors.emplace_back(key + "momentum_buffer", s->momentum_buffer());
     } else if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(it->second.get())) {
-      tensors.emplace_back(key + "step", at::scalar_tensor(s->step(), at::kLong));
-      tensors.emplace_back(key + "exp_avg", s->exp_avg());
-      tensors.emplace_back(key + "exp_avg_sq", s->exp_avg_sq());
-      if (s->max_exp_avg_sq().defined()) tensors.emplace_back(key + "max_exp_avg_sq", s->max_exp_avg_sq());
+      add_adam_state(*s, key, tensors);
     } else if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get())) {
-      tensors.emplace_back(key + "step", at::scalar_tensor(s->step(), at::kLong));
-      tensors.emplace_back(key + "exp_avg", s->exp_avg());
-      tensors.emplace_back(key + "exp_avg_sq", s->exp_avg_sq());
-      if (s->max_exp_avg_sq().defined()) tensors.emplace_back(key + "max_exp_avg_sq", s->max_exp_avg_sq());
+      add_adam_state(*s, key, tensors);
     }
   }
   tensors.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
@@ -274,17 +290,10 @@ TrainingProgress load_training_state(const std::string& path, torch::nn::Module&
       continue;
     }
     if (!file.contains(key + "step")) continue;
-    const int64_t step = file.load(key + "step").item<int64_t>();
     if (type == "Adam") {
-      auto s = std::make_unique<torch::optim::AdamParamState>();
-      s->step(step).exp_avg(like_param("exp_avg")).exp_avg_sq(like_param("exp_avg_sq"));
-      if (file.contains(key + "max_exp_avg_sq")) s->max_exp_avg_sq(like_param("max_exp_avg_sq"));
-      state[params[i].unsafeGetTensorImpl()] = std::move(s);
+      state[params[i].unsafeGetTensorImpl()] = adam_state_from<torch::optim::AdamParamState>(file, key, like_param);
     } else {
-      auto s = std::make_unique<torch::optim::AdamWParamState>();
-      s->step(step).exp_avg(like_param("exp_avg")).exp_avg_sq(like_param("exp_avg_sq"));
-      if (file.contains(key + "max_exp_avg_sq")) s->max_exp_avg_sq(like_param("max_exp_avg_sq"));
-      state[params[i].unsafeGetTensorImpl()] = std::move(s);
+      state[params[i].unsafeGetTensorImpl()] = adam_state_from<torch::optim::AdamWParamState>(file, key, like_param);
     }
   }
   if (options.restore_rng) {

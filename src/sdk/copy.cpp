@@ -44,35 +44,28 @@ void blocking_copy(void* dst, const void* src, size_t bytes, tb_memcpy_kind kind
   TB_CALL(stream_synchronize, handle);
 }
 
-bool pinned_non_blocking(bool non_blocking, const void* host_pointer) {
-  return non_blocking && host_allocator().is_pinned(host_pointer);
-}
-
-// A queued non_blocking copy from or to pinned memory: the pinned block stays alive until the
-// stream has run the copy.
-void finish(const c10::Stream& stream, bool /*non_blocking*/, const void* host_pointer) {
+// A copy between the host and a device, ordered on `stream`. A non_blocking copy from or to
+// pinned memory is only queued, its pinned block kept alive until the stream has run it; any
+// other copy is blocking, as with CUDA's pageable memory.
+void host_device_copy(void* dst, const void* src, size_t bytes, tb_memcpy_kind kind, const c10::Stream& stream,
+                      const void* host_pointer, bool non_blocking) {
+  if (!non_blocking || !host_allocator().is_pinned(host_pointer)) {
+    blocking_copy(dst, src, bytes, kind, stream);
+    return;
+  }
+  TB_CALL(memcpy_async, dst, src, bytes, kind, native_stream(stream));
   host_allocator().record_use(host_pointer, stream);
 }
 
 void raw_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   const size_t bytes = span_bytes(src);
   if (bytes == 0) return;
-  if (!on_sdk_device(src)) {  // host -> device
-    const c10::Stream stream = current_stream(dst.device().index());
-    if (!pinned_non_blocking(non_blocking, src.data_ptr())) {
-      blocking_copy(dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_HOST_TO_DEVICE, stream);
-      return;
-    }
-    TB_CALL(memcpy_async, dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_HOST_TO_DEVICE, native_stream(stream));
-    finish(stream, non_blocking, src.data_ptr());
-  } else if (!on_sdk_device(dst)) {  // device -> host
-    const c10::Stream stream = current_stream(src.device().index());
-    if (!pinned_non_blocking(non_blocking, dst.data_ptr())) {
-      blocking_copy(dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_DEVICE_TO_HOST, stream);
-      return;
-    }
-    TB_CALL(memcpy_async, dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_DEVICE_TO_HOST, native_stream(stream));
-    finish(stream, non_blocking, dst.data_ptr());
+  if (!on_sdk_device(src)) {
+    host_device_copy(dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_HOST_TO_DEVICE,
+                     current_stream(dst.device().index()), src.data_ptr(), non_blocking);
+  } else if (!on_sdk_device(dst)) {
+    host_device_copy(dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_DEVICE_TO_HOST,
+                     current_stream(src.device().index()), dst.data_ptr(), non_blocking);
   } else {  // device -> device, ordered after the source's work and asynchronous to the host
     const c10::Stream dst_stream = current_stream(dst.device().index());
     const c10::Stream src_stream = current_stream(src.device().index());
@@ -99,6 +92,14 @@ at::Tensor download(const at::Tensor& t) {
   return staging.as_strided(t.sizes(), t.strides(), 0);
 }
 
+at::Tensor staging_for(const at::Tensor& dst) {
+  // A dense destination is overwritten entirely; a view with holes is read first so the bytes
+  // between its elements survive the write-back.
+  return dst.is_non_overlapping_and_dense()
+             ? at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU))
+             : download(dst);
+}
+
 void upload(const at::Tensor& staging, const at::Tensor& dst) {
   const size_t bytes = span_bytes(dst);
   if (bytes == 0) return;
@@ -118,11 +119,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     dst.copy_(source);
     return dst;
   }
-  // A dense destination is overwritten entirely; a view with holes is read first so the bytes
-  // between its elements survive the write-back.
-  at::Tensor staging = dst.is_non_overlapping_and_dense()
-                           ? at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU))
-                           : download(dst);
+  at::Tensor staging = staging_for(dst);
   staging.copy_(source);
   upload(staging, dst);
   return dst;

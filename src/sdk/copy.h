@@ -9,6 +9,9 @@ namespace torchbridge::sdk {
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
 // A CPU tensor with the same sizes, strides and contents as device tensor `t`.
 at::Tensor download(const at::Tensor& t);
+// A host tensor laid out like device tensor `dst`, to be modified and then upload()ed: fresh when
+// `dst` is dense, otherwise holding `dst`'s current bytes.
+at::Tensor staging_for(const at::Tensor& dst);
 // Writes the storage span of CPU tensor `staging` (laid out like `dst`) into device tensor `dst`.
 void upload(const at::Tensor& staging, const at::Tensor& dst);
 

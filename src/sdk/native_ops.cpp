@@ -13,7 +13,6 @@
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
-#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
@@ -89,9 +88,7 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) { return at::_local_scala
 
 at::Tensor& fill(at::Tensor& self, const c10::Scalar& value) {
   if (self.numel() == 0) return self;
-  at::Tensor staging = self.is_non_overlapping_and_dense()
-                           ? at::empty_strided(self.sizes(), self.strides(), self.options().device(c10::kCPU))
-                           : download(self);
+  at::Tensor staging = staging_for(self);
   staging.fill_(value);
   upload(staging, self);
   return self;

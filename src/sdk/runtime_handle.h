@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include <string>
+#include <utility>
 
 namespace torchbridge::sdk {
 
@@ -24,6 +25,12 @@ class RuntimeHandle {
   void check(tb_status status, const char* call) const;
   std::string describe(tb_status status) const;
 
+  // Calls the table entry `entry` with this runtime's context and checks the result.
+  template <typename... Params, typename... Args>
+  void call(tb_status (*tb_runtime::*entry)(void*, Params...), const char* name, Args&&... args) const {
+    check((table_->*entry)(table_->context, std::forward<Args>(args)...), name);
+  }
+
   int device_count() const;
   tb_device_properties properties(int device) const;
 
@@ -37,9 +44,7 @@ bool has_runtime();
 // (in_bad_fork() is declared in <torchbridge/sdk/device.h>.)
 void set_runtime(const tb_runtime* table);
 
-// Calls `table().ENTRY(context(), args...)` and checks the result.
-#define TB_CALL(ENTRY, ...) \
-  ::torchbridge::sdk::runtime().check(      \
-      ::torchbridge::sdk::runtime().table().ENTRY(::torchbridge::sdk::runtime().context(), __VA_ARGS__), #ENTRY)
+// Calls entry ENTRY of the registered runtime with its context and checks the result.
+#define TB_CALL(ENTRY, ...) ::torchbridge::sdk::runtime().call(&tb_runtime::ENTRY, #ENTRY, __VA_ARGS__)
 
 }  // namespace torchbridge::sdk

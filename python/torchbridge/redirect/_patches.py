@@ -131,7 +131,7 @@ def install(redirector, patcher):
     original_autocast, original_scaler = torch.autocast, torch.amp.GradScaler
 
     def device_type_of(requested):
-        return resolve(requested).type if requested not in ("cpu",) else "cpu"
+        return resolve(requested).type
 
     class autocast(original_autocast):
         def __init__(self, device_type="cuda", *args, **kwargs):
