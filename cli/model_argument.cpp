@@ -1,0 +1,50 @@
+#include "model_argument.h"
+
+#include "arguments.h"
+#include "text_format.h"
+
+#include <torchbridge/validation/builtin_models.h>
+#include <torchbridge/validation/validator.h>
+
+#include <torch/csrc/jit/serialization/import.h>
+
+#include <filesystem>
+#include <sstream>
+
+namespace torchbridge::cli {
+
+ModelArgument load_model_argument(const std::string& spec) {
+  const std::string prefix = "builtin:";
+  if (spec.rfind(prefix, 0) == 0) {
+    const std::string name = spec.substr(prefix.size());
+    try {
+      const auto& info = validation::builtin_model_info(name);
+      return {validation::make_builtin_model(name), spec, info.input_shape};
+    } catch (const c10::Error& e) {
+      throw UsageError("--model " + spec + ": " + first_line(e.msg()));
+    }
+  }
+  if (!std::filesystem::is_regular_file(spec)) {
+    throw UsageError("--model '" + spec + "' is neither builtin:NAME (mlp, cnn, transformer) nor an existing file");
+  }
+  try {
+    return {torch::jit::load(spec), spec, std::nullopt};
+  } catch (const c10::Error& e) {
+    throw UsageError("--model '" + spec + "' is not a TorchScript module torch can load: " + first_line(e.msg()));
+  }
+}
+
+std::vector<std::vector<int64_t>> parse_input_shapes(const std::string& text) {
+  std::vector<std::vector<int64_t>> shapes;
+  std::stringstream stream(text);
+  std::string one;
+  try {
+    while (std::getline(stream, one, ';')) shapes.push_back(validation::parse_shape(one));
+  } catch (const c10::Error& e) {
+    throw UsageError("--input-shape: " + first_line(e.msg()));
+  }
+  if (shapes.empty()) throw UsageError("--input-shape is empty: expected e.g. 4,16,32 (inputs separated by ';')");
+  return shapes;
+}
+
+}  // namespace torchbridge::cli

@@ -1,0 +1,169 @@
+// `torchbridge validate`: does a model compute the same thing on each backend as on the CPU in
+// float64? Exit 0 only when every check passes.
+#include "arguments.h"
+#include "commands.h"
+#include "model_argument.h"
+#include "text_format.h"
+
+#include <torchbridge/validation/builtin_models.h>
+#include <torchbridge/validation/tolerances.h>
+#include <torchbridge/validation/validator.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+namespace torchbridge::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: torchbridge validate --model builtin:NAME|FILE [--backends LIST] [--dtype PRECISION]
+                            [--input-shape SHAPE] [--seed N] [--json]
+
+Runs the model's forward and backward on the CPU in float64 (the reference) and on each backend,
+and checks outputs and gradients against the reference, NaN/Inf, determinism, a save-and-reload
+round trip, and that device memory returns to its baseline. Exit 0 only when every check passes.
+
+  --model       builtin:mlp, builtin:cnn, builtin:transformer, or a TorchScript file
+  --backends    comma-separated backend names (default: cpu and the best available backend);
+                naming an SDK device such as emu loads it
+  --dtype       precision on the backends: fp32 (default), bf16, fp16, fp64, or fp8 (weights
+                rounded to float8_e4m3fn, computing in bf16)
+  --input-shape e.g. 4,16,32 (several inputs: 4,16,32;4,16); required for a file, optional for
+                built-in models (default: the model's own)
+  --seed        seed of the generated inputs (default 0)
+  --json        the full report as JSON (every measured value), no progress display
+)";
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    if (item.empty()) throw UsageError("--backends '" + text + "' has an empty entry");
+    items.push_back(item);
+  }
+  if (items.empty()) throw UsageError("--backends is empty");
+  return items;
+}
+
+std::vector<std::string> default_backends() {
+  const std::string best = detect_best_backend();
+  return best == "cpu" ? std::vector<std::string>{"cpu"} : std::vector<std::string>{"cpu", best};
+}
+
+std::string scientific(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2e", value);
+  return text;
+}
+
+// One line per backend and kind of check: how many passed and the worst values measured.
+void print_table(const validation::ValidationReport& report, const std::string& label) {
+  std::cout << "Validated " << label << " (" << report.model_kind << ") in " << report.precision << " against "
+            << report.reference << "\n\n";
+  std::cout << column("backend", 10) << column("check", 13) << column("passed", 9) << column("max abs err", 13)
+            << column("max rel err", 13) << column("min cosine", 12) << "\n";
+  struct Row {
+    int passed = 0, total = 0;
+    double abs = 0, rel = 0, cosine = 1;
+    bool has_metrics = false;
+  };
+  std::vector<std::pair<std::string, std::string>> order;
+  std::map<std::pair<std::string, std::string>, Row> rows;
+  for (const auto& c : report.checks) {
+    const auto key = std::make_pair(c.backend, c.check);
+    if (!rows.count(key)) order.push_back(key);
+    Row& row = rows[key];
+    row.total++;
+    row.passed += c.passed ? 1 : 0;
+    if (c.metrics) {
+      row.has_metrics = true;
+      row.abs = std::max(row.abs, c.metrics->max_abs_error);
+      row.rel = std::max(row.rel, c.metrics->max_rel_error);
+      row.cosine = std::min(row.cosine, c.metrics->cosine_similarity);
+    }
+  }
+  for (const auto& key : order) {
+    const Row& row = rows[key];
+    const bool comparison = key.second == "output" || key.second == "gradient";
+    std::cout << column(key.first, 10) << column(key.second, 13)
+              << column(std::to_string(row.passed) + "/" + std::to_string(row.total), 9)
+              << column(row.has_metrics ? scientific(row.abs) : "-", 13)
+              << column(comparison ? scientific(row.rel) : "-", 13)
+              << column(comparison ? std::to_string(row.cosine).substr(0, 10) : "-", 12) << "\n";
+  }
+  bool any_failure = false;
+  for (const auto& c : report.checks) {
+    if (c.passed) continue;
+    if (!any_failure) std::cout << "\nFailures:\n";
+    any_failure = true;
+    std::cout << "  " << c.backend << " " << c.check << " " << c.subject << ": " << c.detail << "\n";
+  }
+  if (!report.not_checked.empty()) std::cout << "\nNot checked:\n";
+  for (const auto& line : report.not_checked) std::cout << "  " << line << "\n";
+  std::cout << "\nTime: reference " << scientific(report.reference_seconds) << " s";
+  for (const auto& t : report.timings) std::cout << ", " << t.backend << " " << scientific(t.seconds) << " s";
+  std::cout << "\nResult: " << report.passed() << "/" << report.total_tests() << " checks passed — "
+            << (report.is_valid() ? "VALID" : "NOT VALID") << "\n";
+}
+
+}  // namespace
+
+int run_validate(const std::vector<std::string>& args) {
+  const ParsedArguments parsed = parse_arguments(
+      "validate", args, {{"--json"}, {"--model", "--backends", "--dtype", "--input-shape", "--seed"}, false});
+  if (parsed.has("--help")) {
+    std::cout << kHelp;
+    return 0;
+  }
+  const std::string* model_spec = parsed.option("--model");
+  if (!model_spec) throw UsageError("validate needs --model builtin:NAME or --model FILE (see --help)");
+  validation::ValidatorOptions options;
+  options.backends = parsed.option("--backends") ? split_list(*parsed.option("--backends")) : default_backends();
+  if (const auto* dtype = parsed.option("--dtype")) options.precision = *dtype;
+  if (const auto* seed = parsed.option("--seed")) {
+    try {
+      size_t used = 0;
+      options.seed = std::stoull(*seed, &used);
+      if (used != seed->size() || seed->front() == '-') throw std::invalid_argument("trailing text");
+    } catch (const std::exception&) {
+      throw UsageError("--seed '" + *seed + "' is not a non-negative integer");
+    }
+  }
+  const ModelArgument model = load_model_argument(*model_spec);
+  std::vector<std::vector<int64_t>> shapes;
+  if (const auto* shape = parsed.option("--input-shape")) {
+    shapes = parse_input_shapes(*shape);
+  } else if (model.input_shape) {
+    shapes = {*model.input_shape};
+  } else {
+    throw UsageError("--model '" + *model_spec + "' is a file: give its input shape with --input-shape (e.g. 4,16,32)");
+  }
+  const bool json = parsed.has("--json");
+  const bool show_progress = !json && isatty(STDERR_FILENO) != 0;
+  if (show_progress) {
+    options.progress = [](const std::string& backend, const std::string& step, int done, int total) {
+      if (step == "done") {
+        std::cerr << "\r\033[K" << std::flush;  // clear the line before the report
+        return;
+      }
+      std::cerr << "\r\033[K[" << done + 1 << "/" << total << "] " << backend << ": " << step << std::flush;
+    };
+  }
+  // Backends and precision are checked here, before any work, so bad input gives no report.
+  const validation::Validator validator(options);
+  const auto source = validation::model_from(model.module);
+  const validation::ValidationReport report = validator.validate(*source, shapes);
+  if (json) {
+    std::cout << validation::report_json(report) << "\n";
+  } else {
+    print_table(report, model.label);
+  }
+  return report.is_valid() ? 0 : 1;
+}
+
+}  // namespace torchbridge::cli

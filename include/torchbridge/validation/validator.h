@@ -1,0 +1,154 @@
+#pragma once
+// Cross-backend validation: does a model compute the same thing on each backend as on a trusted
+// reference (the CPU in float64)? The validator runs the model's forward and backward on the
+// reference and on every selected backend and records one check per comparison:
+//   output       each output against the reference (max abs/rel error, cosine similarity)
+//   gradient     each parameter's gradient against the reference
+//   finite       no NaN/Inf in outputs or gradients
+//   determinism  a second run on the same copy gives the same results
+//   round_trip   the copy saved in its own format and reloaded on the device reproduces the outputs
+//   memory       the device's allocator and free memory return to their baselines afterwards
+// Tolerances come from one table (tolerances.h).
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace torch::jit {
+struct Module;
+}
+namespace torch::nn {
+class AnyModule;
+}
+
+namespace torchbridge {
+class Backend;
+}
+
+namespace torchbridge::validation {
+
+// What one run produced, copied to the CPU.
+struct RunResult {
+  std::vector<at::Tensor> outputs;
+  std::vector<std::pair<std::string, at::Tensor>> gradients;  // parameter name -> gradient
+};
+
+// One independent copy of a model on one device, in one dtype.
+class PlacedModel {
+ public:
+  virtual ~PlacedModel() = default;
+  // Moves `inputs` (CPU tensors) to the copy's device, casting floating-point ones to its dtype,
+  // and runs forward. With `output_weights` (one CPU tensor per output, same shapes), also runs
+  // backward of the loss sum_i sum(output_i * output_weights[i]); empty means forward only.
+  // Random weights (rather than a plain sum) keep gradients from cancelling: the sum of a
+  // layer-normalised output, for one, has a zero gradient. Returns the outputs and the gradients
+  // of parameters that require them, on the CPU. Earlier gradients are cleared first.
+  virtual RunResult run(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& output_weights) = 0;
+  // This copy written in the model's own serialized form and read back onto the same device.
+  virtual std::unique_ptr<PlacedModel> save_and_reload() const = 0;
+};
+
+// A model of any kind the validator can place on devices; placing never changes the source.
+class ModelSource {
+ public:
+  virtual ~ModelSource() = default;
+  virtual std::string kind() const = 0;  // e.g. "TorchScript", "torch::nn", "Python nn.Module"
+  // With `round_through`, floating-point parameters and buffers are first rounded to that dtype
+  // and then cast to `dtype`: the reference computes in float64 on exactly the values a
+  // low-precision backend holds, so only the arithmetic is compared, not the storage rounding.
+  virtual std::unique_ptr<PlacedModel> place(c10::Device device, c10::ScalarType dtype,
+                                             std::optional<c10::ScalarType> round_through = std::nullopt) const = 0;
+};
+
+// A TorchScript module (scripted, traced, or torch::jit::load-ed); it is deep-copied per device.
+std::unique_ptr<ModelSource> model_from(const torch::jit::Module& module);
+// A torch::nn module whose forward takes its inputs as tensors. It must be cloneable (derive from
+// torch::nn::Cloneable<T>, as every built-in module and Sequential do); copies come from clone().
+std::unique_ptr<ModelSource> model_from(const torch::nn::AnyModule& module);
+
+struct Metrics {
+  double max_abs_error = 0;
+  double max_rel_error = 0;      // max_abs_error / max |reference|
+  double rel_l2_error = 0;       // ||result - reference|| / ||reference||
+  double cosine_similarity = 1;
+};
+
+struct CheckRecord {
+  std::string backend;  // as the user named it, e.g. "emu"
+  std::string device;   // e.g. "emu:0"
+  std::string check;    // output, gradient, finite, determinism, round_trip, memory
+  std::string subject;  // e.g. "output 0", "layers.0.weight"
+  bool passed = false;
+  std::optional<Metrics> metrics;  // for comparisons
+  std::string detail;              // what was measured, or why it failed
+};
+
+struct BackendTiming {
+  std::string backend;
+  double seconds = 0;  // everything the validator did on this backend
+};
+
+struct ValidationReport {
+  std::string model_kind;
+  std::string precision;  // precision on the backends: fp64, fp32, bf16, fp16, fp8
+  std::string reference;  // e.g. "cpu float64"
+  std::vector<std::string> backends;
+  std::vector<CheckRecord> checks;
+  std::vector<std::string> not_checked;  // checks that do not apply, each with the reason
+  std::vector<BackendTiming> timings;
+  double reference_seconds = 0;
+
+  int total_tests() const { return static_cast<int>(checks.size()); }
+  int passed() const;
+  int failed() const { return total_tests() - passed(); }
+  bool is_valid() const { return total_tests() > 0 && failed() == 0; }
+};
+
+struct ValidatorOptions {
+  std::vector<std::string> backends = {"cpu"};  // names or aliases, as `torchbridge info` lists them
+  std::string precision = "fp32";               // fp64, fp32, bf16, fp16 or fp8 (weights)
+  uint64_t seed = 0;                            // for generated inputs
+  // Called before each step, e.g. ("emu", "determinism", 3, 12); for progress displays.
+  std::function<void(const std::string& backend, const std::string& step, int done, int total)> progress;
+};
+
+class Validator {
+ public:
+  // Resolves every backend now (an SDK device such as emu is loaded), so an unknown or
+  // unavailable backend or precision raises before any work is done.
+  explicit Validator(ValidatorOptions options);
+
+  ValidationReport validate(const ModelSource& model, const std::vector<at::Tensor>& inputs) const;
+  // Inputs drawn from a standard normal distribution (seeded by options.seed) in these shapes.
+  ValidationReport validate(const ModelSource& model, const std::vector<std::vector<int64_t>>& input_shapes) const;
+
+  const ValidatorOptions& options() const { return options_; }
+
+ private:
+  ValidatorOptions options_;
+  std::vector<std::shared_ptr<Backend>> backends_;  // one per options_.backends entry
+};
+
+// The dtype a precision computes in: fp64, fp32, bf16, fp16, and bf16 for fp8; others raise.
+c10::ScalarType compute_dtype(const std::string& precision);
+// The dtype parameters are held in: the compute dtype, except fp8, whose parameters are rounded
+// to float8_e4m3fn (weight-only fp8, as fp8 inference deploys; CPUs have no fp8 matmul).
+c10::ScalarType parameter_dtype(const std::string& precision);
+// "[8, 16, 32]"-style parsing of "8,16,32"; each size a positive integer. Raises naming the text.
+std::vector<int64_t> parse_shape(const std::string& text);
+
+}  // namespace torchbridge::validation
+
+namespace torchbridge::validation {
+// The report as JSON (schema in docs/cli-json.md): every check with every measured value.
+// Non-finite errors are written as null (JSON has no NaN or Infinity).
+std::string report_json(const ValidationReport& report, int indent = 2);
+}  // namespace torchbridge::validation

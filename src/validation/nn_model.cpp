@@ -1,0 +1,86 @@
+// torch::nn modules as validation subjects: copies by clone(), round trip through the module's
+// own archive (torch::save's format).
+#include "validation/run_steps.h"
+
+#include <torch/nn/modules/container/any.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <sstream>
+
+namespace torchbridge::validation {
+namespace {
+
+torch::nn::AnyModule copy_of(const torch::nn::AnyModule& module, c10::Device device, c10::ScalarType dtype) {
+  torch::nn::AnyModule copy;
+  try {
+    copy = module.clone(device);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK_VALUE(false, "the torch::nn module cannot be copied to ", device,
+                      " for validation: it must derive from torch::nn::Cloneable<T> (", e.msg().substr(0, 200), ")");
+  }
+  copy.ptr()->to(dtype);
+  return copy;
+}
+
+class PlacedNnModule final : public PlacedModel {
+ public:
+  PlacedNnModule(torch::nn::AnyModule module, c10::Device device, c10::ScalarType dtype)
+      : module_(std::move(module)), device_(device), dtype_(dtype) {}
+
+  RunResult run(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& weights) override {
+    std::vector<std::pair<std::string, at::Tensor>> parameters;
+    for (const auto& p : module_.ptr()->named_parameters()) parameters.emplace_back(p.key(), p.value());
+    const auto forward = [this](const std::vector<at::Tensor>& placed) -> std::vector<at::Tensor> {
+      switch (placed.size()) {
+        case 1: return {module_.forward(placed[0])};
+        case 2: return {module_.forward(placed[0], placed[1])};
+        case 3: return {module_.forward(placed[0], placed[1], placed[2])};
+      }
+      TORCH_CHECK_VALUE(false, "torch::nn modules are validated with 1 to 3 input tensors, not ", placed.size());
+    };
+    return run_model(forward, parameters, place_inputs(inputs, device_, dtype_), weights);
+  }
+
+  std::unique_ptr<PlacedModel> save_and_reload() const override {
+    torch::serialize::OutputArchive archive;
+    module_.ptr()->save(archive);
+    std::stringstream buffer;
+    archive.save_to(buffer);
+    // A fresh copy of the same structure, then the archive's values loaded into it.
+    torch::nn::AnyModule reloaded = copy_of(module_, device_, dtype_);
+    torch::serialize::InputArchive input;
+    input.load_from(buffer, device_);
+    reloaded.ptr()->load(input);
+    return std::make_unique<PlacedNnModule>(std::move(reloaded), device_, dtype_);
+  }
+
+ private:
+  torch::nn::AnyModule module_;
+  c10::Device device_;
+  c10::ScalarType dtype_;
+};
+
+class NnModuleSource final : public ModelSource {
+ public:
+  explicit NnModuleSource(torch::nn::AnyModule module) : module_(std::move(module)) {}
+  std::string kind() const override { return "torch::nn"; }
+  std::unique_ptr<PlacedModel> place(c10::Device device, c10::ScalarType dtype,
+                                     std::optional<c10::ScalarType> round_through) const override {
+    torch::nn::AnyModule copy = copy_of(module_, device, round_through.value_or(dtype));
+    if (round_through) copy.ptr()->to(dtype);
+    return std::make_unique<PlacedNnModule>(std::move(copy), device, dtype);
+  }
+
+ private:
+  torch::nn::AnyModule module_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelSource> model_from(const torch::nn::AnyModule& module) {
+  TORCH_CHECK_VALUE(!module.is_empty(), "model_from: the torch::nn::AnyModule is empty");
+  return std::make_unique<NnModuleSource>(module);
+}
+
+}  // namespace torchbridge::validation

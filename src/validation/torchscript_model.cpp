@@ -1,0 +1,90 @@
+// TorchScript modules as validation subjects: copies by deepcopy, round trip through save/load.
+#include "validation/run_steps.h"
+
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/serialization/import.h>
+
+#include <sstream>
+
+namespace torchbridge::validation {
+namespace {
+
+std::vector<at::Tensor> tensors_of(const c10::IValue& value) {
+  if (value.isTensor()) return {value.toTensor()};
+  std::vector<at::Tensor> out;
+  const auto append = [&](const c10::IValue& element) {
+    const auto inner = tensors_of(element);
+    out.insert(out.end(), inner.begin(), inner.end());
+  };
+  if (value.isTuple()) {
+    for (const auto& element : value.toTupleRef().elements()) append(element);
+  } else if (value.isList()) {
+    for (const auto& element : value.toListRef()) append(element);
+  } else {
+    TORCH_CHECK_VALUE(false, "the TorchScript module returned a ", value.tagKind(),
+                      "; the validator compares tensors, tuples and lists of tensors");
+  }
+  return out;
+}
+
+class PlacedTorchScript final : public PlacedModel {
+ public:
+  PlacedTorchScript(torch::jit::Module module, c10::Device device, c10::ScalarType dtype)
+      : module_(std::move(module)), device_(device), dtype_(dtype) {}
+
+  RunResult run(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& weights) override {
+    std::vector<std::pair<std::string, at::Tensor>> parameters;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) parameters.emplace_back(p.name, p.value);
+    const auto forward = [this](const std::vector<at::Tensor>& placed) {
+      // The graph executor's optimiser profiles the first runs of every new copy and then swaps
+      // in a specialised graph, so run 1 and run 2 would execute different code (and each copy
+      // pays the profiling again). The validator checks the model as written.
+      torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
+      return tensors_of(module_.forward(std::vector<c10::IValue>(placed.begin(), placed.end())));
+    };
+    return run_model(forward, parameters, place_inputs(inputs, device_, dtype_), weights);
+  }
+
+  std::unique_ptr<PlacedModel> save_and_reload() const override {
+    std::stringstream buffer;
+    module_.save(buffer);
+    return std::make_unique<PlacedTorchScript>(torch::jit::load(buffer, device_), device_, dtype_);
+  }
+
+ private:
+  torch::jit::Module module_;
+  c10::Device device_;
+  c10::ScalarType dtype_;
+};
+
+class TorchScriptSource final : public ModelSource {
+ public:
+  explicit TorchScriptSource(torch::jit::Module module) : module_(std::move(module)) {}
+  std::string kind() const override { return "TorchScript"; }
+  std::unique_ptr<PlacedModel> place(c10::Device device, c10::ScalarType dtype,
+                                     std::optional<c10::ScalarType> round_through) const override {
+    torch::jit::Module copy = module_.deepcopy();
+    // deepcopy clones tensors with autograd recording, so a parameter that requires gradients
+    // comes back as a non-leaf whose .grad is never filled; make each a leaf again.
+    for (at::Tensor p : copy.parameters()) {
+      const bool requires_grad = p.requires_grad();
+      p.detach_();
+      p.requires_grad_(requires_grad);
+    }
+    if (round_through) copy.to(device, *round_through);
+    copy.to(device, dtype);
+    return std::make_unique<PlacedTorchScript>(std::move(copy), device, dtype);
+  }
+
+ private:
+  torch::jit::Module module_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelSource> model_from(const torch::jit::Module& module) {
+  return std::make_unique<TorchScriptSource>(module);
+}
+
+}  // namespace torchbridge::validation

@@ -1,0 +1,373 @@
+#include <torchbridge/validation/validator.h>
+
+#include "validation/comparison.h"
+
+#include <torchbridge/registry.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+#include <map>
+#include <sstream>
+
+namespace torchbridge::validation {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+std::string shapes_of(const std::vector<at::Tensor>& inputs) {
+  std::ostringstream out;
+  for (size_t i = 0; i < inputs.size(); ++i) out << (i ? ", " : "") << inputs[i].sizes();
+  return out.str();
+}
+
+std::string format_bytes(int64_t bytes) { return std::to_string(bytes) + " B"; }
+
+// Libraries behind these backends (cuBLAS, cuDNN, oneDNN, MPS graphs) allocate workspaces on
+// first use and keep them; a warm-up run before the memory baseline keeps those out of the count.
+bool needs_warm_up(c10::DeviceType type) {
+  return type == c10::DeviceType::CUDA || type == c10::DeviceType::XPU || type == c10::DeviceType::MPS;
+}
+// On SDK devices the validator is the only user of device memory in this process, so the
+// device's own free-memory figure must come back too; that is what catches a runtime that
+// loses freed memory. A CUDA device is shared with other processes, so only torch's allocator
+// statistics are compared there.
+bool check_device_free_memory(c10::DeviceType type) { return type == c10::DeviceType::PrivateUse1; }
+// CPU and SDK devices (whose kernels are the CPU's) give bitwise identical repeated runs; GPU
+// kernels may reduce in a different order from run to run (atomics), so they get the tolerance.
+bool bitwise_deterministic(c10::DeviceType type) {
+  return type == c10::DeviceType::CPU || type == c10::DeviceType::PrivateUse1;
+}
+
+struct Reference {
+  RunResult result;
+  std::vector<at::Tensor> weights;
+  std::string description;
+};
+
+// The model on the CPU in float64, or float32 when it cannot run in float64 (e.g. it casts
+// internally), holding its parameters rounded to the compute precision; the output weights for
+// the backward pass are drawn once, here.
+Reference run_reference(const ModelSource& model, const std::vector<at::Tensor>& inputs, uint64_t seed,
+                        c10::ScalarType compute, c10::ScalarType storage) {
+  Reference reference;
+  std::string float64_error;
+  for (const auto dtype : {at::kDouble, at::kFloat}) {
+    try {
+      auto placed = model.place(c10::Device(c10::kCPU), dtype, storage);
+      const RunResult forward_only = placed->run(inputs, {});
+      at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed + 1);
+      for (const auto& output : forward_only.outputs) {
+        // Representable in the compute precision, like the inputs, so the backends see them exactly.
+        const at::Tensor weight = at::randn(output.sizes(), generator, at::TensorOptions().dtype(at::kDouble));
+        reference.weights.push_back(weight.to(compute).to(at::kDouble));
+      }
+      reference.result = placed->run(inputs, reference.weights);
+      reference.description = dtype == at::kDouble
+                                  ? "cpu float64"
+                                  : "cpu float32 (the model does not run in float64: " + float64_error + ")";
+      return reference;
+    } catch (const std::exception& e) {
+      if (dtype == at::kDouble) {
+        float64_error = first_line(e.what());
+        continue;
+      }
+      TORCH_CHECK_VALUE(false, "the model does not run on the CPU with inputs of shape ", shapes_of(inputs), ": ",
+                        first_line(e.what()));
+    }
+  }
+  TORCH_CHECK(false, "unreachable");
+}
+
+class BackendValidation {
+ public:
+  BackendValidation(const std::string& name, Backend& backend, const ModelSource& model,
+                    const std::vector<at::Tensor>& inputs, const Reference& reference, const std::string& precision,
+                    ValidationReport& report)
+      : name_(name), backend_(backend), device_(backend.device(0)), model_(model), inputs_(inputs),
+        reference_(reference), report_(report),
+        tolerance_(tolerance_for(precision == "fp32" && device_.is_cuda() ? "tf32" : precision)),
+        dtype_(compute_dtype(precision)), storage_(parameter_dtype(precision)) {}
+
+  template <typename Progress>
+  void run(const Progress& progress) {
+    const bool memory = device_.type() != c10::kCPU;
+    if (memory && needs_warm_up(device_.type())) model_.place(device_, dtype_, storage_)->run(inputs_, {});
+    MemoryStats baseline;
+    if (memory) baseline = settled_memory();
+    else report_.not_checked.push_back(name_ + ": memory — the CPU backend's statistics are process RSS, which "
+                                       "the C library does not return to a fixed baseline, so no leak check is made");
+    try {
+      progress("run and compare");
+      auto placed = model_.place(device_, dtype_, storage_);
+      const RunResult first = placed->run(inputs_, reference_.weights);
+      compare_outputs(first);
+      compare_gradients(first);
+      check_finite(first);
+      progress("determinism");
+      check_determinism(first, placed->run(inputs_, reference_.weights));
+      progress("round trip");
+      check_round_trip(first, placed->save_and_reload()->run(inputs_, {}));
+    } catch (const std::exception& e) {
+      record("run", "model", false, std::nullopt, "failed on " + device_.str() + ": " + first_line(e.what()));
+    }
+    progress("memory");
+    if (memory) check_memory(baseline, settled_memory());
+  }
+
+ private:
+  void record(const std::string& check, const std::string& subject, bool passed, std::optional<Metrics> metrics,
+              std::string detail) {
+    report_.checks.push_back({name_, device_.str(), check, subject, passed, metrics, std::move(detail)});
+  }
+
+  void compare_to_reference(const std::string& check, const std::string& subject, const at::Tensor& result,
+                            const at::Tensor& reference) {
+    if (result.sizes() != reference.sizes()) {
+      std::ostringstream detail;
+      detail << "shape " << result.sizes() << " but the reference's is " << reference.sizes();
+      record(check, subject, false, std::nullopt, detail.str());
+      return;
+    }
+    const Comparison comparison = compare(result, reference);
+    const Bound& bound = check == "gradient" ? tolerance_.gradient : tolerance_.output;
+    const bool passed = within(comparison, bound);
+    std::ostringstream detail;
+    detail << (passed ? "within " : "outside ") << tolerance_.precision << " tolerance: relative L2 error "
+           << comparison.metrics.rel_l2_error << " (allowed " << bound.rtol << "), cosine "
+           << comparison.metrics.cosine_similarity << " (at least " << bound.min_cosine << ")";
+    record(check, subject, passed, comparison.metrics, detail.str());
+  }
+
+  void compare_outputs(const RunResult& result) {
+    const auto& expected = reference_.result.outputs;
+    if (result.outputs.size() != expected.size()) {
+      record("output", "outputs", false, std::nullopt,
+             std::to_string(result.outputs.size()) + " outputs, reference has " + std::to_string(expected.size()));
+      return;
+    }
+    for (size_t i = 0; i < expected.size(); ++i) {
+      compare_to_reference("output", "output " + std::to_string(i), result.outputs[i], expected[i]);
+    }
+  }
+
+  void compare_gradients(const RunResult& result) {
+    std::map<std::string, at::Tensor> got(result.gradients.begin(), result.gradients.end());
+    for (const auto& [name, expected] : reference_.result.gradients) {
+      const auto it = got.find(name);
+      if (it == got.end()) {
+        record("gradient", name, false, std::nullopt, "no gradient on " + device_.str() + "; the reference has one");
+        continue;
+      }
+      compare_to_reference("gradient", name, it->second, expected);
+      got.erase(it);
+    }
+    for (const auto& [name, tensor] : got) {
+      record("gradient", name, false, std::nullopt, "a gradient on " + device_.str() + " but none in the reference");
+    }
+  }
+
+  void check_finite(const RunResult& result) {
+    std::string bad;
+    for (size_t i = 0; i < result.outputs.size() && bad.empty(); ++i) {
+      if (!result.outputs[i].isfinite().all().item<bool>()) bad = "output " + std::to_string(i);
+    }
+    for (const auto& [name, grad] : result.gradients) {
+      if (bad.empty() && !grad.isfinite().all().item<bool>()) bad = "gradient of " + name;
+    }
+    record("finite", "outputs and gradients", bad.empty(), std::nullopt,
+           bad.empty() ? "no NaN or Inf" : bad + " holds NaN or Inf");
+  }
+
+  void check_determinism(const RunResult& first, const RunResult& second) {
+    const bool bitwise = bitwise_deterministic(device_.type());
+    std::vector<std::pair<std::string, std::pair<at::Tensor, at::Tensor>>> pairs;
+    for (size_t i = 0; i < first.outputs.size() && i < second.outputs.size(); ++i) {
+      pairs.push_back({"output " + std::to_string(i), {first.outputs[i], second.outputs[i]}});
+    }
+    for (size_t i = 0; i < first.gradients.size() && i < second.gradients.size(); ++i) {
+      pairs.push_back({"gradient of " + first.gradients[i].first, {first.gradients[i].second, second.gradients[i].second}});
+    }
+    std::string differs;
+    double worst = 0;
+    bool same_structure = first.outputs.size() == second.outputs.size() &&
+                          first.gradients.size() == second.gradients.size();
+    for (const auto& [what, tensors] : pairs) {
+      const auto& [a, b] = tensors;
+      if (a.sizes() != b.sizes()) {
+        same_structure = false;
+        continue;
+      }
+      const Comparison c = compare(b, a);
+      worst = std::max(worst, c.metrics.max_abs_error);
+      const bool same = bitwise ? identical(a, b) : within(c, tolerance_.output);
+      if (!same && differs.empty()) differs = what;
+    }
+    const bool passed = same_structure && differs.empty();
+    std::ostringstream detail;
+    detail << "two runs " << (bitwise ? "must be bitwise identical" : "must agree within the tolerance")
+           << "; largest difference " << worst;
+    if (!same_structure) detail << "; the runs returned different numbers or shapes of tensors";
+    if (!differs.empty()) detail << "; first difference in " << differs;
+    Metrics metrics;
+    metrics.max_abs_error = worst;
+    record("determinism", "outputs and gradients", passed, metrics, detail.str());
+  }
+
+  void check_round_trip(const RunResult& first, const RunResult& reloaded) {
+    bool passed = first.outputs.size() == reloaded.outputs.size();
+    double worst = 0;
+    for (size_t i = 0; passed && i < first.outputs.size(); ++i) {
+      passed = identical(first.outputs[i], reloaded.outputs[i]);
+      if (first.outputs[i].sizes() == reloaded.outputs[i].sizes()) {
+        worst = std::max(worst, compare(reloaded.outputs[i], first.outputs[i]).metrics.max_abs_error);
+      }
+    }
+    Metrics metrics;
+    metrics.max_abs_error = worst;
+    record("round_trip", "save and reload on " + device_.str(), passed, metrics,
+           passed ? "reloaded copy reproduces the outputs bitwise"
+                  : "reloaded copy's outputs differ (largest difference " + std::to_string(worst) + ")");
+  }
+
+  MemoryStats settled_memory() {
+    backend_.synchronize(device_.index());
+    backend_.empty_cache();
+    return backend_.memory_stats(device_.index());
+  }
+
+  void check_memory(const MemoryStats& before, const MemoryStats& after) {
+    std::ostringstream detail;
+    bool passed = true;
+    bool measured = false;
+    if (before.allocated_bytes && after.allocated_bytes) {
+      measured = true;
+      passed = passed && *after.allocated_bytes == *before.allocated_bytes;
+      detail << "allocated " << format_bytes(*before.allocated_bytes) << " -> " << format_bytes(*after.allocated_bytes);
+    }
+    if (check_device_free_memory(device_.type()) && before.free_bytes && after.free_bytes) {
+      measured = true;
+      passed = passed && *after.free_bytes == *before.free_bytes;
+      detail << (detail.tellp() > 0 ? "; " : "") << "device free " << format_bytes(*before.free_bytes) << " -> "
+             << format_bytes(*after.free_bytes);
+    }
+    if (!measured) {
+      report_.not_checked.push_back(name_ + ": memory — the backend reports no allocator statistics (" +
+                                    after.source + ")");
+      return;
+    }
+    record("memory", "returns to baseline", passed, std::nullopt, detail.str());
+  }
+
+  std::string name_;
+  Backend& backend_;
+  c10::Device device_;
+  const ModelSource& model_;
+  const std::vector<at::Tensor>& inputs_;
+  const Reference& reference_;
+  ValidationReport& report_;
+  Tolerance tolerance_;
+  c10::ScalarType dtype_;
+  c10::ScalarType storage_;
+};
+
+}  // namespace
+
+int ValidationReport::passed() const {
+  int count = 0;
+  for (const auto& check : checks) count += check.passed ? 1 : 0;
+  return count;
+}
+
+c10::ScalarType compute_dtype(const std::string& precision) {
+  if (precision == "fp64") return at::kDouble;
+  if (precision == "fp8") return at::kBFloat16;
+  if (precision == "fp32") return at::kFloat;
+  if (precision == "bf16") return at::kBFloat16;
+  if (precision == "fp16") return at::kHalf;
+  TORCH_CHECK_VALUE(false, "precision '", precision, "' cannot be validated: expected fp64, fp32, bf16, fp16 or fp8");
+}
+
+c10::ScalarType parameter_dtype(const std::string& precision) {
+  return precision == "fp8" ? at::kFloat8_e4m3fn : compute_dtype(precision);
+}
+
+std::vector<int64_t> parse_shape(const std::string& text) {
+  std::vector<int64_t> shape;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    size_t used = 0;
+    int64_t size = 0;
+    try {
+      size = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    TORCH_CHECK_VALUE(used == item.size() && !item.empty() && size > 0, "input shape '", text,
+                      "' is not a comma-separated list of positive integers (bad entry '", item, "')");
+    shape.push_back(size);
+  }
+  TORCH_CHECK_VALUE(!shape.empty() && text.back() != ',', "input shape '", text,
+                    "' is not a comma-separated list of positive integers");
+  return shape;
+}
+
+Validator::Validator(ValidatorOptions options) : options_(std::move(options)) {
+  TORCH_CHECK_VALUE(!options_.backends.empty(), "no backends to validate on");
+  compute_dtype(options_.precision);
+  for (const auto& name : options_.backends) backends_.push_back(create_backend(name));
+}
+
+ValidationReport Validator::validate(const ModelSource& model, const std::vector<std::vector<int64_t>>& shapes) const {
+  TORCH_CHECK_VALUE(!shapes.empty(), "no input shapes given");
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(options_.seed);
+  std::vector<at::Tensor> inputs;
+  for (const auto& shape : shapes) inputs.push_back(at::randn(shape, generator, at::TensorOptions()));
+  return validate(model, inputs);
+}
+
+ValidationReport Validator::validate(const ModelSource& model, const std::vector<at::Tensor>& inputs) const {
+  ValidationReport report;
+  report.model_kind = model.kind();
+  report.precision = options_.precision;
+  report.backends = options_.backends;
+  const int steps_per_backend = 4;
+  const int total = 1 + steps_per_backend * static_cast<int>(backends_.size());
+  int done = 0;
+  const auto progress = [&](const std::string& backend, const std::string& step) {
+    if (options_.progress) options_.progress(backend, step, done, total);
+    ++done;
+  };
+  progress("cpu", "reference");
+  const auto reference_start = Clock::now();
+  // Inputs rounded to the compute precision: the reference and the backends start from the
+  // same values, so a comparison measures the backends' arithmetic.
+  const c10::ScalarType compute = compute_dtype(options_.precision);
+  std::vector<at::Tensor> rounded_inputs;
+  for (const auto& input : inputs) {
+    rounded_inputs.push_back(at::isFloatingType(input.scalar_type()) ? input.to(compute).to(input.scalar_type())
+                                                                     : input);
+  }
+  const Reference reference =
+      run_reference(model, rounded_inputs, options_.seed, compute, parameter_dtype(options_.precision));
+  report.reference_seconds = seconds_since(reference_start);
+  report.reference = reference.description;
+  for (size_t b = 0; b < backends_.size(); ++b) {
+    const std::string& name = options_.backends[b];
+    const auto start = Clock::now();
+    BackendValidation(name, *backends_[b], model, rounded_inputs, reference, options_.precision, report)
+        .run([&](const std::string& step) { progress(name, step); });
+    report.timings.push_back({name, seconds_since(start)});
+  }
+  if (options_.progress) options_.progress("", "done", total, total);
+  return report;
+}
+
+}  // namespace torchbridge::validation
