@@ -52,6 +52,7 @@ at::Generator device_generator(const std::string& device_type, int index) {
 
 namespace torchbridge::python {
 void bind_checkpoint(py::module_& m);  // checkpoint_bindings.cpp
+void bind_validation(py::module_& m);  // validation_bindings.cpp
 }
 
 PYBIND11_MODULE(_C, m) {
@@ -155,6 +156,7 @@ PYBIND11_MODULE(_C, m) {
   });
 
   torchbridge::python::bind_checkpoint(m);
+  torchbridge::python::bind_validation(m);
 
   m.def("run_cli", [](const std::vector<std::string>& argv) {
     py::gil_scoped_release release;

@@ -8,6 +8,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <chrono>
+#include <iomanip>
 #include <map>
 #include <sstream>
 
@@ -19,11 +20,27 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+// The line of an error worth showing: TorchScript's interpreter puts a generic first line and a
+// script traceback before the original error, which comes last.
+std::string error_summary(const std::string& text) {
+  if (text.find("failed in the TorchScript interpreter") == std::string::npos) return text.substr(0, text.find('\n'));
+  std::string last;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find_first_not_of(" \t") != std::string::npos) last = line;
+  }
+  return last;
+}
 
 std::string shapes_of(const std::vector<at::Tensor>& inputs) {
   std::ostringstream out;
   for (size_t i = 0; i < inputs.size(); ++i) out << (i ? ", " : "") << inputs[i].sizes();
+  return out.str();
+}
+
+std::string scientific(double value) {
+  std::ostringstream out;
+  out << std::scientific << std::setprecision(3) << value;
   return out.str();
 }
 
@@ -75,11 +92,11 @@ Reference run_reference(const ModelSource& model, const std::vector<at::Tensor>&
       return reference;
     } catch (const std::exception& e) {
       if (dtype == at::kDouble) {
-        float64_error = first_line(e.what());
+        float64_error = error_summary(e.what());
         continue;
       }
       TORCH_CHECK_VALUE(false, "the model does not run on the CPU with inputs of shape ", shapes_of(inputs), ": ",
-                        first_line(e.what()));
+                        error_summary(e.what()));
     }
   }
   TORCH_CHECK(false, "unreachable");
@@ -115,7 +132,7 @@ class BackendValidation {
       progress("round trip");
       check_round_trip(first, placed->save_and_reload()->run(inputs_, {}));
     } catch (const std::exception& e) {
-      record("run", "model", false, std::nullopt, "failed on " + device_.str() + ": " + first_line(e.what()));
+      record("run", "model", false, std::nullopt, "failed on " + device_.str() + ": " + error_summary(e.what()));
     }
     progress("memory");
     if (memory) check_memory(baseline, settled_memory());
@@ -233,7 +250,7 @@ class BackendValidation {
     metrics.max_abs_error = worst;
     record("round_trip", "save and reload on " + device_.str(), passed, metrics,
            passed ? "reloaded copy reproduces the outputs bitwise"
-                  : "reloaded copy's outputs differ (largest difference " + std::to_string(worst) + ")");
+                  : "reloaded copy's outputs differ from the copy's own (largest difference " + scientific(worst) + ")");
   }
 
   MemoryStats settled_memory() {

@@ -1,0 +1,212 @@
+"""Cross-backend validation of Python models through the C++ Validator.
+
+``UnifiedValidator().validate_model(model, input_shape=(4, 16, 32))`` runs the model's forward
+and backward on the CPU in float64 (the reference) and on every selected backend, and checks
+outputs and gradients against the reference (dtype-aware tolerances), NaN/Inf, determinism, a
+save-and-reload round trip, and that device memory returns to its baseline. The checks,
+tolerances and report live in C++ (the same code as ``torchbridge validate``); this module only
+places and runs copies of the Python model when the C++ side asks.
+"""
+
+import copy
+import io
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils.dlpack import from_dlpack, to_dlpack
+
+from . import _C
+
+__all__ = ["UnifiedValidator", "ValidationResult", "builtin_model", "builtin_model_names"]
+
+
+@dataclass
+class ValidationResult:
+    """What ``validate_model`` found. ``checks`` holds one dict per check with every measured
+    value (``max_abs_error``, ``max_rel_error``, ``rel_l2_error``, ``cosine_similarity`` for
+    comparisons)."""
+
+    passed: int
+    total_tests: int
+    failed: int
+    is_valid: bool
+    precision: str
+    reference: str
+    backends: "list[str]"
+    checks: "list[dict]" = field(repr=False)
+    not_checked: "list[str]" = field(repr=False)
+    seconds: dict = field(repr=False)
+    report: dict = field(repr=False)  # the whole report, as `torchbridge validate --json` prints it
+
+    @property
+    def failures(self) -> "list[dict]":
+        return [c for c in self.checks if not c["passed"]]
+
+    def __str__(self) -> str:
+        lines = [f"{self.passed}/{self.total_tests} checks passed on {', '.join(self.backends)} "
+                 f"({self.precision} against {self.reference}): {'VALID' if self.is_valid else 'NOT VALID'}"]
+        lines += [f"  FAILED {c['backend']} {c['check']} {c['subject']}: {c['detail']}" for c in self.failures]
+        return "\n".join(lines)
+
+
+def builtin_model_names() -> "list[str]":
+    return list(_C.builtin_model_names())
+
+
+def builtin_model(name: str, seed: int = 0) -> torch.jit.ScriptModule:
+    """A built-in model (mlp, cnn, transformer) as a TorchScript module, the same one
+    ``torchbridge validate --model builtin:NAME`` uses. Its input shape:
+    ``torchbridge._C.builtin_model_input_shape(name)``."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, f"{name}.pt")
+        _C.save_builtin_model(name, path, int(seed))
+        return torch.jit.load(path)
+
+
+class UnifiedValidator:
+    """Validates models on ``backends`` (default: the CPU and the best available backend).
+
+    Backends are resolved when the validator is made, so an SDK device such as ``emu`` is loaded
+    then (before the process's first backward pass, as PyTorch requires) and an unknown or
+    unavailable backend raises at once."""
+
+    def __init__(self, backends: "list[str] | str | None" = None, dtype: str = "fp32", seed: int = 0):
+        from .backends import BackendFactory, detect_best_backend
+
+        if backends is None:
+            best = detect_best_backend()
+            backends = ["cpu"] if best == "cpu" else ["cpu", best]
+        elif isinstance(backends, str):
+            backends = [b for b in backends.split(",")]
+        if not backends or any(not isinstance(b, str) or not b for b in backends):
+            raise ValueError(f"backends must be non-empty backend names, got {backends!r}")
+        for name in backends:
+            BackendFactory.create(name)  # raises naming the backend; loads SDK devices
+        self.backends = list(backends)
+        self.dtype = _check_precision(dtype)
+        self.seed = int(seed)
+
+    def validate_model(self, model: torch.nn.Module, input_shape=None, inputs=None, dtype: "str | None" = None,
+                       progress=None) -> ValidationResult:
+        """Validates ``model`` (an ``nn.Module`` or TorchScript module; it is never modified) on
+        random normal inputs of ``input_shape`` (a shape, or a list of shapes for several
+        inputs), or on explicit CPU ``inputs``. ``progress(backend, step, done, total)`` is called
+        before each step."""
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module or TorchScript module, got {type(model).__name__}")
+        tensors = _inputs(input_shape, inputs, self.seed)
+        kind = "TorchScript" if isinstance(model, torch.jit.ScriptModule) else "Python nn.Module"
+
+        def place(device: str, dtype_name: str, round_through: "str | None"):
+            return _PlacedModel(model, torch.device(device), getattr(torch, dtype_name),
+                                None if round_through is None else getattr(torch, round_through))
+
+        report = json.loads(_C.validate_python_model(
+            place, kind, [to_dlpack(t.contiguous()) for t in tensors], self.backends, _check_precision(dtype or self.dtype),
+            self.seed, progress))
+        return ValidationResult(
+            passed=report["passed"], total_tests=report["total_tests"], failed=report["failed"],
+            is_valid=report["valid"], precision=report["precision"], reference=report["reference"],
+            backends=report["backends"], checks=report["checks"], not_checked=report["not_checked"],
+            seconds=report["seconds"], report=report)
+
+
+_PRECISIONS = ("fp64", "fp32", "bf16", "fp16", "fp8")
+
+
+def _check_precision(dtype: str) -> str:
+    if dtype not in _PRECISIONS:
+        raise ValueError(f"dtype {dtype!r} cannot be validated: expected one of {', '.join(_PRECISIONS)}")
+    return dtype
+
+
+def _inputs(input_shape, inputs, seed: int) -> "list[torch.Tensor]":
+    if (input_shape is None) == (inputs is None):
+        raise ValueError("give exactly one of input_shape (e.g. (4, 16, 32)) or inputs (CPU tensors)")
+    if inputs is not None:
+        tensors = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+        for t in tensors:
+            if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+                raise ValueError(f"inputs must be CPU tensors, got {t!r:.80}")
+        return tensors
+    shapes = [input_shape] if all(isinstance(s, int) for s in input_shape) else list(input_shape)
+    for shape in shapes:
+        if not all(isinstance(s, int) and s > 0 for s in shape) or len(shape) == 0:
+            raise ValueError(f"input_shape {tuple(shape)!r} must be positive integers, e.g. (4, 16, 32)")
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(tuple(shape), generator=generator) for shape in shapes]
+
+
+def _flatten(value) -> "list[torch.Tensor]":
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _flatten(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _flatten(item)]
+    raise TypeError(f"the model returned a {type(value).__name__}; the validator compares tensors and "
+                    "tuples, lists or dicts of tensors")
+
+
+class _PlacedModel:
+    """One copy of the model on one device, driven by the C++ validator."""
+
+    def __init__(self, model, device, dtype, round_through=None, copy_model=True):
+        self.device, self.dtype = device, dtype
+        self.module = _copy(model) if copy_model else model
+        if round_through is not None:
+            self.module.to(device=device, dtype=round_through)
+        self.module.to(device=device, dtype=dtype)
+
+    def run(self, inputs, weights):
+        xs = [from_dlpack(c) for c in inputs]
+        xs = [x.to(self.device, self.dtype) if x.is_floating_point() else x.to(self.device) for x in xs]
+        ws = [from_dlpack(c) for c in weights]
+        parameters = list(self.module.named_parameters())
+        for _, p in parameters:
+            p.grad = None
+        if not ws:
+            with torch.no_grad():
+                outputs = _flatten(self.module(*xs))
+            grads = []
+        else:
+            outputs = _flatten(self.module(*xs))
+            if len(outputs) != len(ws):
+                raise RuntimeError(f"the model returned {len(outputs)} outputs in this run but {len(ws)} in the reference run")
+            terms = [(o * w.to(o.device, o.dtype)).sum() for o, w in zip(outputs, ws)
+                     if o.is_floating_point() and o.requires_grad]
+            if terms:
+                torch.stack(terms).sum().backward() if len(terms) > 1 else terms[0].backward()
+            grads = [(n, to_dlpack(p.grad.detach().cpu().contiguous().clone()))
+                     for n, p in parameters if p.requires_grad and p.grad is not None]
+            for _, p in parameters:
+                p.grad = None  # gradients are device memory too
+        return [to_dlpack(o.detach().cpu().contiguous().clone()) for o in outputs], grads
+
+    def save_and_reload(self):
+        buffer = io.BytesIO()
+        if isinstance(self.module, torch.jit.ScriptModule):
+            torch.jit.save(self.module, buffer)
+            buffer.seek(0)
+            reloaded = torch.jit.load(buffer, map_location=self.device)
+        else:
+            torch.save(self.module.state_dict(), buffer)
+            buffer.seek(0)
+            reloaded = _copy(self.module)
+            reloaded.load_state_dict(torch.load(buffer, map_location=self.device))
+        return _PlacedModel(reloaded, self.device, self.dtype, copy_model=False)
+
+
+def _copy(model):
+    # A copy that owns its tensors, so the source is never moved or cast. Deep-copying a
+    # TorchScript module clones its parameters with autograd recording, which makes them
+    # non-leaves whose .grad never fills in; detaching in place makes them leaves again.
+    duplicate = copy.deepcopy(model)
+    for p in duplicate.parameters():
+        if not p.is_leaf:
+            requires_grad = p.requires_grad
+            p.detach_().requires_grad_(requires_grad)
+    return duplicate

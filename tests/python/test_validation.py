@@ -1,0 +1,220 @@
+"""Cross-backend validation: UnifiedValidator on Python and TorchScript models, `torchbridge
+validate`, and the faulty emu variants the checks must catch."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torchbridge
+from torchbridge import UnifiedValidator
+from torchbridge.validation import builtin_model
+
+CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable), "torchbridge")
+
+# Loaded before this process's first backward pass, as PyTorch requires of a new device.
+VALIDATOR = UnifiedValidator(backends=["cpu", "emu"])
+
+
+class SmallNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+class DeviceDependent(torch.nn.Module):
+    """Computes something slightly different off the CPU: the kind of bug validation is for."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y if y.device.type == "cpu" else y * 1.001
+
+
+class Noisy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(x) + 1e-3 * torch.rand_like(x[:, :4])
+
+
+def checks(result, backend, check):
+    return [c for c in result.checks if c["backend"] == backend and c["check"] == check]
+
+
+def test_python_module_is_valid_on_cpu_and_emu():
+    torch.manual_seed(0)
+    model = SmallNet()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    result = VALIDATOR.validate_model(model, input_shape=(5, 8))
+    assert result.is_valid and result.passed == result.total_tests, str(result)
+    # one output, four gradients, finite, determinism, round trip per backend; memory on emu
+    assert result.total_tests == 2 * 8 + 1
+    for backend in ("cpu", "emu"):
+        grads = checks(result, backend, "gradient")
+        assert sorted(c["subject"] for c in grads) == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]
+        for c in grads + checks(result, backend, "output"):
+            assert c["rel_l2_error"] < 1e-6 and c["cosine_similarity"] > 0.999999
+    assert checks(result, "emu", "memory")[0]["passed"]
+    assert any("cpu: memory" in line for line in result.not_checked)
+    # the source model was neither moved nor changed
+    assert all(torch.equal(before[k], v) and v.device.type == "cpu" for k, v in model.state_dict().items())
+
+
+def test_reported_errors_match_an_independent_computation():
+    torch.manual_seed(1)
+    model = SmallNet()
+    x = torch.randn(5, 8)
+    result = VALIDATOR.validate_model(model, inputs=[x], dtype="bf16")
+    assert result.is_valid, str(result)
+    # Recompute the cpu output error ourselves: bf16 model on bf16-rounded input vs float64.
+    rounded = x.to(torch.bfloat16).float()
+    reference_model = SmallNet()
+    reference_model.load_state_dict(model.state_dict())
+    reference = reference_model.to(torch.bfloat16).double()(rounded.double()).detach()
+    low = model.to(torch.bfloat16)(rounded.to(torch.bfloat16)).detach().double()
+    (output,) = checks(result, "cpu", "output")
+    assert output["max_abs_error"] == pytest.approx((low - reference).abs().max().item(), rel=1e-9)
+    assert output["rel_l2_error"] == pytest.approx(((low - reference).norm() / reference.norm()).item(), rel=1e-9)
+
+
+def test_torchscript_modules_traced_and_builtin():
+    torch.manual_seed(2)
+    traced = torch.jit.trace(SmallNet(), torch.randn(2, 8))
+    assert VALIDATOR.validate_model(traced, input_shape=(3, 8)).is_valid
+    transformer = builtin_model("transformer")
+    shape = tuple(torchbridge._C.builtin_model_input_shape("transformer"))
+    result = VALIDATOR.validate_model(transformer, input_shape=shape, dtype="fp16")
+    assert result.is_valid, str(result)
+    assert result.reference == "cpu float64"
+
+
+def test_a_device_dependent_model_fails_the_output_check():
+    result = VALIDATOR.validate_model(DeviceDependent(), input_shape=(4, 8))
+    assert not result.is_valid
+    assert checks(result, "cpu", "output")[0]["passed"]
+    (emu_output,) = checks(result, "emu", "output")
+    assert not emu_output["passed"]
+    assert emu_output["max_rel_error"] == pytest.approx(1e-3, rel=0.05)
+
+
+def test_a_nondeterministic_model_fails_the_determinism_check():
+    result = VALIDATOR.validate_model(Noisy(), input_shape=(4, 8))
+    assert not result.is_valid
+    assert not checks(result, "cpu", "determinism")[0]["passed"]
+    assert not checks(result, "emu", "determinism")[0]["passed"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"input_shape": (4, 9)}, "does not run on the CPU with inputs of shape [4, 9]"),
+    ({"input_shape": (4, 0)}, "must be positive integers"),
+    ({"input_shape": (4, 8), "inputs": [torch.zeros(4, 8)]}, "exactly one of"),
+    ({"input_shape": (4, 8), "dtype": "int8"}, "cannot be validated"),
+])
+def test_bad_input_raises_clearly(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        VALIDATOR.validate_model(SmallNet(), **kwargs)
+
+
+def test_unknown_and_unavailable_backends_raise_before_any_work():
+    with pytest.raises(ValueError, match="unknown backend 'nope'"):
+        UnifiedValidator(backends=["cpu", "nope"])
+    with pytest.raises(Exception, match="not available"):
+        UnifiedValidator(backends=["cuda"])
+
+
+def validate_cli(*args, env=None):
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([CONSOLE_SCRIPT, "validate", *args], capture_output=True, text=True, env=full_env,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn", "transformer"])
+def test_cli_builtin_models_are_valid_with_every_value_in_json(model):
+    run = validate_cli("--model", f"builtin:{model}", "--backends", "cpu,emu", "--json")
+    assert run.returncode == 0, run.stderr + run.stdout
+    report = json.loads(run.stdout)
+    assert report["valid"] and report["passed"] == report["total_tests"] > 0
+    comparisons = [c for c in report["checks"] if c["check"] in ("output", "gradient")]
+    assert comparisons and all({"max_abs_error", "max_rel_error", "rel_l2_error", "cosine_similarity"} <= c.keys()
+                               for c in comparisons)
+    assert {row["precision"] for row in report["tolerances"]} == {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8"}
+
+
+def test_cli_human_table_and_exit_code():
+    run = validate_cli("--model", "builtin:mlp", "--backends", "cpu,emu", "--dtype", "bf16")
+    assert run.returncode == 0, run.stderr
+    assert "Result:" in run.stdout and "VALID" in run.stdout
+    assert "\r" not in run.stderr  # no progress display when stderr is not a terminal
+
+
+@pytest.mark.parametrize("fault, failing_check", [
+    ("corrupt-copy", "determinism"),  # one element of the first device->host copy is corrupted
+    ("drop-copy", "output"),          # the first host->device copy never happens
+    ("leak", "memory"),               # freed device memory never returns
+])
+def test_cli_reports_the_faulty_emu_variants(fault, failing_check):
+    run = validate_cli("--model", "builtin:transformer", "--backends", "cpu,emu", "--json",
+                       env={"TORCHBRIDGE_EMU_FAULT": fault})
+    assert run.returncode == 1, run.stdout
+    report = json.loads(run.stdout)
+    assert not report["valid"]
+    failed = {c["check"] for c in report["checks"] if not c["passed"]}
+    assert failing_check in failed, failed
+    assert all(c["passed"] for c in report["checks"] if c["backend"] == "cpu")
+
+
+def test_python_validator_reports_the_leaking_emu(fresh_python):
+    code = """
+import torch
+from torchbridge import UnifiedValidator
+v = UnifiedValidator(backends=["emu"])
+r = v.validate_model(torch.nn.Linear(64, 64), input_shape=(8, 64))
+print([c["check"] for c in r.checks if not c["passed"]], r.is_valid)
+"""
+    run = fresh_python(code, env={"TORCHBRIDGE_EMU_FAULT": "leak"})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "['memory'] False"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "builtin:resnet"], "unknown built-in model 'resnet'"),
+    (["--model", "/nonexistent.pt"], "neither builtin:NAME"),
+    (["--model", "builtin:mlp", "--backends", "cpu,nope"], "unknown backend 'nope'"),
+    (["--model", "builtin:mlp", "--backends", "cpu,cuda"], "not available"),
+    (["--model", "builtin:mlp", "--input-shape", "4,x"], "bad entry 'x'"),
+    (["--model", "builtin:mlp", "--input-shape", "4,7"], "does not run on the CPU with inputs of shape [4, 7]"),
+    (["--model", "builtin:mlp", "--dtype", "fp4"], "precision 'fp4'"),
+    (["--backends", "cpu"], "needs --model"),
+])
+def test_cli_bad_input_exits_1_without_a_report(args, message):
+    run = validate_cli(*args)
+    assert run.returncode == 1
+    assert message in run.stderr
+    assert "Result:" not in run.stdout and run.stdout == ""
+
+
+def test_cli_validates_a_torchscript_file(tmp_path):
+    path = tmp_path / "net.pt"
+    torch.jit.script(SmallNet()).save(str(path))
+    missing_shape = validate_cli("--model", str(path), "--backends", "cpu")
+    assert missing_shape.returncode == 1 and "--input-shape" in missing_shape.stderr
+    run = validate_cli("--model", str(path), "--backends", "cpu,emu", "--input-shape", "3,8", "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["model_kind"] == "TorchScript"
+    not_a_model = tmp_path / "junk.pt"
+    not_a_model.write_bytes(b"not a zip")
+    bad = validate_cli("--model", str(not_a_model), "--input-shape", "3,8")
+    assert bad.returncode == 1 and "not a TorchScript module" in bad.stderr
