@@ -70,8 +70,9 @@ class ModelSource {
 
 // A TorchScript module (scripted, traced, or torch::jit::load-ed); it is deep-copied per device.
 std::unique_ptr<ModelSource> model_from(const torch::jit::Module& module);
-// A torch::nn module whose forward takes its inputs as tensors. It must be cloneable (derive from
-// torch::nn::Cloneable<T>, as every built-in module and Sequential do); copies come from clone().
+// A torch::nn module whose forward takes one to three tensors and returns a tensor, held in an
+// AnyModule (so not nn::Sequential itself, whose forward is a template: wrap it in a module).
+// It must derive from torch::nn::Cloneable<T>: copies for each device come from clone().
 std::unique_ptr<ModelSource> model_from(const torch::nn::AnyModule& module);
 
 struct Metrics {

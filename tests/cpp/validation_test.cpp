@@ -1,0 +1,144 @@
+// The C++ Validator on torch::nn and TorchScript models, its metrics against hand computations,
+// checks that must fail on wrong models, and bad input. (Faulty emu runtimes: test_validation.py.)
+#include "error_message.h"
+#include "validation/comparison.h"
+
+#include <torchbridge/registry.h>
+#include <torchbridge/validation/builtin_models.h>
+#include <torchbridge/validation/tolerances.h>
+#include <torchbridge/validation/validator.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace torchbridge::validation {
+namespace {
+
+using test_support::error_of;
+
+std::vector<CheckRecord> of(const ValidationReport& report, const std::string& backend, const std::string& check) {
+  std::vector<CheckRecord> out;
+  for (const auto& c : report.checks) {
+    if (c.backend == backend && c.check == check) out.push_back(c);
+  }
+  return out;
+}
+
+TEST(ValidationMetrics, MatchHandComputedValues) {
+  const at::Tensor reference = torch::tensor({3.0, -4.0, 0.0}, torch::kDouble);
+  const at::Tensor result = torch::tensor({3.0f, -4.5f, 0.0f});
+  const Comparison c = compare(result, reference);
+  EXPECT_DOUBLE_EQ(c.metrics.max_abs_error, 0.5);
+  EXPECT_DOUBLE_EQ(c.metrics.max_rel_error, 0.5 / 4.0);
+  EXPECT_DOUBLE_EQ(c.metrics.rel_l2_error, 0.5 / 5.0);
+  EXPECT_NEAR(c.metrics.cosine_similarity, (9.0 + 18.0) / (5.0 * std::sqrt(9.0 + 20.25)), 1e-15);
+  const Bound loose{0, 0.2, 0.99}, tight{0, 0.05, 0.99};
+  EXPECT_TRUE(within(c, loose));
+  EXPECT_FALSE(within(c, tight));
+  // NaN never passes; two zero tensors are identical in direction.
+  EXPECT_FALSE(within(compare(torch::tensor({NAN, 1.0f}), torch::tensor({0.0f, 1.0f})), Bound{1e9, 1e9, -1}));
+  EXPECT_DOUBLE_EQ(compare(torch::zeros({3}), torch::zeros({3})).metrics.cosine_similarity, 1.0);
+}
+
+TEST(ValidationTolerances, TableHasEveryPrecisionAndRejectsUnknownOnes) {
+  for (const char* precision : {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8"}) {
+    const Tolerance& row = tolerance_for(precision);
+    EXPECT_GT(row.output.rtol, 0) << precision;
+    EXPECT_GE(row.gradient.rtol, row.output.rtol) << precision;
+  }
+  EXPECT_LT(tolerance_for("fp32").output.rtol, tolerance_for("bf16").output.rtol);
+  EXPECT_NE(error_of([] { tolerance_for("int4"); }).find("unknown precision 'int4'"), std::string::npos);
+}
+
+// A user's torch::nn module as the C++ API documents them: Cloneable, with a typed forward.
+struct NetImpl : torch::nn::Cloneable<NetImpl> {
+  NetImpl() { reset(); }
+  void reset() override {
+    fc1 = register_module("fc1", torch::nn::Linear(6, 12));
+    fc2 = register_module("fc2", torch::nn::Linear(12, 3));
+  }
+  at::Tensor forward(const at::Tensor& x) { return fc2(torch::tanh(fc1(x))); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(Net);
+
+TEST(Validator, TorchNnModuleIsValidOnCpuAndEmu) {
+  torch::manual_seed(0);
+  Net net;
+  const Validator validator({{"cpu", "emu"}, "fp32"});
+  const auto report = validator.validate(*model_from(torch::nn::AnyModule(net)), std::vector<std::vector<int64_t>>{{5, 6}});
+  EXPECT_TRUE(report.is_valid());
+  EXPECT_EQ(report.model_kind, "torch::nn");
+  EXPECT_EQ(report.reference, "cpu float64");
+  EXPECT_EQ(of(report, "emu", "gradient").size(), 4u);  // two weights, two biases
+  ASSERT_EQ(of(report, "emu", "memory").size(), 1u);
+  EXPECT_TRUE(of(report, "emu", "memory")[0].passed);
+  EXPECT_TRUE(net->parameters()[0].device().is_cpu());  // the source is untouched
+}
+
+TEST(Validator, BuiltinTorchScriptModelsAreValidInEveryPrecision) {
+  const auto emu = create_backend("emu");
+  for (const auto& info : builtin_models()) {
+    for (const char* precision : {"fp32", "bf16", "fp16", "fp8"}) {
+      const Validator validator({{"cpu", "emu"}, precision});
+      const auto report = validator.validate(*model_from(make_builtin_model(info.name)),
+                                             std::vector<std::vector<int64_t>>{info.input_shape});
+      EXPECT_TRUE(report.is_valid()) << info.name << " " << precision << ": " << report.failed() << " failed";
+    }
+  }
+}
+
+TEST(Validator, BuiltinModelsAreReproducibleFromTheirSeed) {
+  const auto a = make_builtin_model("cnn", 7), b = make_builtin_model("cnn", 7), c = make_builtin_model("cnn", 8);
+  const auto pa = a.parameters(), pb = b.parameters(), pc = c.parameters();
+  EXPECT_TRUE(torch::equal(*pa.begin(), *pb.begin()));
+  EXPECT_FALSE(torch::equal(*pa.begin(), *pc.begin()));
+  EXPECT_NE(error_of([] { make_builtin_model("resnet"); }).find("unknown built-in model 'resnet'"), std::string::npos);
+}
+
+// A model that computes something else off the CPU must fail; a check that cannot fail is a defect.
+TEST(Validator, DeviceDependentTorchScriptFailsTheOutputCheck) {
+  torch::jit::Module m("DeviceDependent");
+  m.register_parameter("w", torch::ones({4}).set_requires_grad(true), false);
+  m.define(R"(
+def forward(self, x):
+  y = x * self.w
+  if y.device.type == "cpu":
+    return y
+  return y * 1.0001
+)");
+  const auto report = Validator({{"cpu", "emu"}, "fp32"}).validate(*model_from(m), std::vector<std::vector<int64_t>>{{3, 4}});
+  EXPECT_FALSE(report.is_valid());
+  EXPECT_TRUE(of(report, "cpu", "output")[0].passed);
+  ASSERT_TRUE(of(report, "emu", "output")[0].metrics);
+  EXPECT_FALSE(of(report, "emu", "output")[0].passed);
+  EXPECT_NEAR(of(report, "emu", "output")[0].metrics->rel_l2_error, 1e-4, 1e-6);
+}
+
+TEST(Validator, NanOutputsFailTheFiniteCheck) {
+  torch::jit::Module m("Log");
+  m.register_parameter("w", torch::ones({4}).set_requires_grad(true), false);
+  m.define("def forward(self, x):\n  return torch.log(x * self.w)\n");  // negative inputs give NaN
+  const auto report = Validator({{"cpu"}, "fp32"}).validate(*model_from(m), std::vector<std::vector<int64_t>>{{8, 4}});
+  EXPECT_FALSE(of(report, "cpu", "finite")[0].passed);
+  EXPECT_FALSE(of(report, "cpu", "output")[0].passed);  // NaN never compares within tolerance
+}
+
+TEST(Validator, BadInputIsRefusedBeforeAnyReport) {
+  EXPECT_NE(error_of([] { Validator({{"cpu", "nope"}, "fp32"}); }).find("unknown backend 'nope'"), std::string::npos);
+  EXPECT_NE(error_of([] { Validator({{"cpu"}, "int8"}); }).find("precision 'int8'"), std::string::npos);
+  EXPECT_NE(error_of([] { Validator({{}, "fp32"}); }).find("no backends"), std::string::npos);
+  const auto mlp = make_builtin_model("mlp");
+  const std::string wrong = error_of([&] {
+    Validator({{"cpu"}, "fp32"}).validate(*model_from(mlp), std::vector<std::vector<int64_t>>{{4, 7}});
+  });
+  EXPECT_NE(wrong.find("does not run on the CPU with inputs of shape [4, 7]"), std::string::npos) << wrong;
+  EXPECT_NE(wrong.find("mat1 and mat2 shapes cannot be multiplied"), std::string::npos) << wrong;
+  EXPECT_NE(error_of([] { parse_shape("4,-1"); }).find("bad entry '-1'"), std::string::npos);
+  EXPECT_EQ(parse_shape("4,16,32"), (std::vector<int64_t>{4, 16, 32}));
+}
+
+}  // namespace
+}  // namespace torchbridge::validation
