@@ -5,6 +5,7 @@
 
 #include <ATen/Context.h>
 #include <nlohmann/json.hpp>
+#include <torch/csrc/jit/api/module.h>
 #include <torch/nn/module.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -16,10 +17,19 @@ namespace {
 using json = nlohmann::json;
 constexpr const char* kFormat = "torchbridge.training_state/1";
 
-std::vector<std::pair<std::string, at::Tensor>> named_state(const torch::nn::Module& model) {
-  std::vector<std::pair<std::string, at::Tensor>> out;
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+NamedTensors named_state(const torch::nn::Module& model) {
+  NamedTensors out;
   for (const auto& item : model.named_parameters()) out.emplace_back(item.key(), item.value());
   for (const auto& item : model.named_buffers()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+NamedTensors named_state(const torch::jit::Module& model) {
+  NamedTensors out;
+  for (const auto& item : model.named_parameters()) out.emplace_back(item.name, item.value);
+  for (const auto& item : model.named_buffers()) out.emplace_back(item.name, item.value);
   return out;
 }
 
@@ -179,11 +189,13 @@ std::vector<std::pair<std::string, c10::Device>> auto_device_map(
   return map;
 }
 
-void save_training_state(const std::string& path, const torch::nn::Module& model,
-                         const torch::optim::Optimizer& optimizer, const TrainingProgress& progress) {
+// The model's parameters and buffers, by name, are all the state functions need of a model, so
+// torch::nn and TorchScript modules share them.
+static void save_state_of(const std::string& path, const NamedTensors& model_state,
+                   const torch::optim::Optimizer& optimizer, const TrainingProgress& progress) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   json devices = json::object(), dtypes = json::object();
-  for (const auto& [name, tensor] : named_state(model)) {
+  for (const auto& [name, tensor] : model_state) {
     tensors.emplace_back("model." + name, tensor.detach());
     devices[name] = tensor.device().str();
     dtypes[name] = c10::toString(tensor.scalar_type());
@@ -219,15 +231,14 @@ void save_training_state(const std::string& path, const torch::nn::Module& model
   save(path, tensors, metadata);
 }
 
-TrainingProgress load_training_state(const std::string& path, torch::nn::Module& model,
-                                     torch::optim::Optimizer& optimizer, const RestoreOptions& options) {
+static TrainingProgress load_state_into(const std::string& path, const NamedTensors& model_state,
+                                 torch::optim::Optimizer& optimizer, const RestoreOptions& options) {
   const auto file = SafetensorsFile::open(path);
   const auto& metadata = file.metadata();
   TORCH_CHECK_VALUE(metadata.count("format") && metadata.at("format") == kFormat, path,
                     ": not a TorchBridge training state (metadata format is not ", kFormat, ")");
   // Everything is checked before anything changes: a failed restore leaves model and optimizer
   // exactly as they were.
-  const auto model_state = named_state(model);
   for (const auto& [name, tensor] : model_state) {
     TORCH_CHECK_VALUE(file.contains("model." + name), path, ": the model has '", name, "' but the state does not");
     const auto& saved = file.record("model." + name);
@@ -314,6 +325,26 @@ TrainingProgress load_training_state(const std::string& path, torch::nn::Module&
     if (key.rfind("user.", 0) == 0) progress.user_metadata[key.substr(5)] = value;
   }
   return progress;
+}
+
+void save_training_state(const std::string& path, const torch::nn::Module& model,
+                         const torch::optim::Optimizer& optimizer, const TrainingProgress& progress) {
+  save_state_of(path, named_state(model), optimizer, progress);
+}
+
+void save_training_state(const std::string& path, const torch::jit::Module& model,
+                         const torch::optim::Optimizer& optimizer, const TrainingProgress& progress) {
+  save_state_of(path, named_state(model), optimizer, progress);
+}
+
+TrainingProgress load_training_state(const std::string& path, torch::nn::Module& model,
+                                     torch::optim::Optimizer& optimizer, const RestoreOptions& options) {
+  return load_state_into(path, named_state(model), optimizer, options);
+}
+
+TrainingProgress load_training_state(const std::string& path, torch::jit::Module& model,
+                                     torch::optim::Optimizer& optimizer, const RestoreOptions& options) {
+  return load_state_into(path, named_state(model), optimizer, options);
 }
 
 }  // namespace torchbridge::checkpoint

@@ -20,6 +20,9 @@ class Module;
 namespace torch::optim {
 class Optimizer;
 }
+namespace torch::jit {
+struct Module;
+}
 
 namespace torchbridge::checkpoint {
 
@@ -52,12 +55,17 @@ struct RestoreOptions {
 std::vector<std::pair<std::string, c10::Device>> auto_device_map(
     const std::vector<std::pair<std::string, int64_t>>& tensor_bytes, const std::string& backend);
 
+// For torch::nn modules and TorchScript modules alike (the optimizer holds the module's parameters).
 void save_training_state(const std::string& path, const torch::nn::Module& model,
+                         const torch::optim::Optimizer& optimizer, const TrainingProgress& progress);
+void save_training_state(const std::string& path, const torch::jit::Module& model,
                          const torch::optim::Optimizer& optimizer, const TrainingProgress& progress);
 
 // Restores into `model` and `optimizer` (same architecture and optimizer type as saved; any
 // mismatch raises naming the tensor or setting). Returns the saved progress.
 TrainingProgress load_training_state(const std::string& path, torch::nn::Module& model,
+                                     torch::optim::Optimizer& optimizer, const RestoreOptions& options = {});
+TrainingProgress load_training_state(const std::string& path, torch::jit::Module& model,
                                      torch::optim::Optimizer& optimizer, const RestoreOptions& options = {});
 
 }  // namespace torchbridge::checkpoint

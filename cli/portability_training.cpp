@@ -1,0 +1,56 @@
+#include "portability_training.h"
+
+#include <torchbridge/validation/builtin_models.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/optim/adam.h>
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+namespace torchbridge::cli {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const torch::jit::Module& model) {
+  std::vector<at::Tensor> parameters;
+  for (const auto& p : model.parameters()) parameters.push_back(p);
+  return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(3e-3));
+}
+
+TrainingRun train_transformer(c10::Device device, int steps, uint64_t seed) {
+  const auto& info = validation::builtin_model_info("transformer");
+  TrainingRun run;
+  run.model = validation::make_builtin_model("transformer", seed);
+  run.model.to(device);
+  run.model.train();
+  torch::jit::Module teacher = validation::make_builtin_model("transformer", seed + 1000);
+  teacher.to(device);
+  run.optimizer = make_optimizer(run.model);
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::vector<double> losses;
+  const auto start = std::chrono::steady_clock::now();
+  for (int step = 0; step < steps; ++step) {
+    // Inputs come from a CPU generator so every backend would see the same data.
+    const at::Tensor x = at::randn(info.input_shape, generator, at::TensorOptions()).to(device);
+    at::Tensor target;
+    {
+      at::NoGradGuard no_grad;
+      target = teacher.forward({x}).toTensor();
+    }
+    run.optimizer->zero_grad();
+    const at::Tensor loss = at::mse_loss(run.model.forward({x}).toTensor(), target);
+    loss.backward();
+    run.optimizer->step();
+    losses.push_back(loss.item<double>());
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.steps = steps;
+  const size_t window = std::min<size_t>(10, losses.size());
+  run.first_loss = std::accumulate(losses.begin(), losses.begin() + window, 0.0) / window;
+  run.last_loss = std::accumulate(losses.end() - window, losses.end(), 0.0) / window;
+  run.model.eval();
+  return run;
+}
+
+}  // namespace torchbridge::cli
