@@ -1,0 +1,81 @@
+// Validator overhead: validating the built-in transformer on the CPU and emu against simply
+// running its forward and backward once on each of them, measured in one run. Goal: <= 3x.
+// Both sides run the same TorchScript module; the baseline copies are placed before timing, and
+// each figure is the median of several repetitions after a warm-up.
+// Usage: validation_benchmark [--quick]
+#include <torchbridge/registry.h>
+#include <torchbridge/validation/builtin_models.h>
+#include <torchbridge/validation/validator.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median_seconds(int repeats, const std::function<void()>& body) {
+  body();  // warm-up
+  std::vector<double> samples;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    body();
+    samples.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace torchbridge;
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const int repeats = quick ? 3 : 9;
+  const std::vector<std::string> backends = {"cpu", "emu"};
+  for (const auto& name : backends) create_backend(name);  // emu loads before any backward pass
+
+  const auto& info = validation::builtin_model_info("transformer");
+  const torch::jit::Module model = validation::make_builtin_model("transformer");
+  const at::Tensor input = at::randn(info.input_shape);
+
+  std::printf("validation_benchmark: built-in transformer, input %s, torch %s, one run\n",
+              c10::str(c10::IntArrayRef(info.input_shape)).c_str(), TORCH_VERSION);
+  double baseline = 0;
+  for (const auto& name : backends) {
+    const c10::Device device = create_backend(name)->device(0);
+    torch::jit::Module copy = model.deepcopy();
+    copy.to(device);
+    for (auto p : copy.parameters()) p.detach_().requires_grad_(true);
+    const at::Tensor x = input.to(device);
+    const double seconds = median_seconds(repeats, [&] {
+      // The validator runs TorchScript with the graph optimiser off (validation/torchscript_model.cpp);
+      // the baseline runs the same way, which on this torch is also the faster way (README).
+      torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
+      for (auto p : copy.parameters()) p.mutable_grad() = at::Tensor();
+      copy.forward({x}).toTensor().sum().backward();
+      create_backend(name)->synchronize(std::max<int>(0, device.index()));
+    });
+    std::printf("  forward+backward on %-4s %10.3f ms\n", name.c_str(), seconds * 1e3);
+    baseline += seconds;
+  }
+  const validation::Validator validator({backends, "fp32"});
+  const auto source = validation::model_from(model);
+  bool valid = true;
+  const double validation_seconds = median_seconds(repeats, [&] {
+    valid = validator.validate(*source, std::vector<std::vector<int64_t>>{info.input_shape}).is_valid() && valid;
+  });
+  const double ratio = validation_seconds / baseline;
+  std::printf("  validation on cpu+emu     %10.3f ms (report %s)\n", validation_seconds * 1e3, valid ? "valid" : "NOT valid");
+  std::printf("validator overhead: %.2fx forward+backward on cpu+emu   goal <= 3x   %s\n", ratio,
+              ratio <= 3.0 ? "met" : "NOT met");
+  return valid ? 0 : 1;
+}
