@@ -2,12 +2,13 @@
 // running its forward and backward once on each of them, measured in one run. Goal: <= 3x.
 // Both sides run the same TorchScript module; the baseline copies are placed before timing, and
 // each figure is the median of several repetitions after a warm-up.
-// Usage: validation_benchmark [--quick]
+// Usage: validation_benchmark [--quick] [--input-shape B,T,F]   (default: the model's own input)
 #include <torchbridge/registry.h>
 #include <torchbridge/validation/builtin_models.h>
 #include <torchbridge/validation/validator.h>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/version.h>
 
@@ -38,17 +39,30 @@ double median_seconds(int repeats, const std::function<void()>& body) {
 
 int main(int argc, char** argv) {
   using namespace torchbridge;
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false;
+  std::vector<int64_t> shape = validation::builtin_model_info("transformer").input_shape;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--input-shape") == 0 && i + 1 < argc) {
+      shape = validation::parse_shape(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: validation_benchmark [--quick] [--input-shape B,T,F]\n");
+      return 1;
+    }
+  }
   const int repeats = quick ? 3 : 9;
   const std::vector<std::string> backends = {"cpu", "emu"};
+  // One intra-op thread, as sdk_benchmark: on a small shared machine OpenMP's spinning threads
+  // make multi-threaded timings swing by 100x whenever another process takes a core.
+  at::set_num_threads(1);
   for (const auto& name : backends) create_backend(name);  // emu loads before any backward pass
 
-  const auto& info = validation::builtin_model_info("transformer");
   const torch::jit::Module model = validation::make_builtin_model("transformer");
-  const at::Tensor input = at::randn(info.input_shape);
+  const at::Tensor input = at::randn(shape);
 
   std::printf("validation_benchmark: built-in transformer, input %s, torch %s, one run\n",
-              c10::str(c10::IntArrayRef(info.input_shape)).c_str(), TORCH_VERSION);
+              c10::str(c10::IntArrayRef(shape)).c_str(), TORCH_VERSION);
   double baseline = 0;
   for (const auto& name : backends) {
     const c10::Device device = create_backend(name)->device(0);
@@ -71,7 +85,7 @@ int main(int argc, char** argv) {
   const auto source = validation::model_from(model);
   bool valid = true;
   const double validation_seconds = median_seconds(repeats, [&] {
-    valid = validator.validate(*source, std::vector<std::vector<int64_t>>{info.input_shape}).is_valid() && valid;
+    valid = validator.validate(*source, std::vector<std::vector<int64_t>>{shape}).is_valid() && valid;
   });
   const double ratio = validation_seconds / baseline;
   std::printf("  validation on cpu+emu     %10.3f ms (report %s)\n", validation_seconds * 1e3, valid ? "valid" : "NOT valid");

@@ -21,8 +21,8 @@ py::list capsules(const std::vector<at::Tensor>& tensors) {
   return out;
 }
 
-// A placed copy held by Python: an object with run(inputs, weights) -> (outputs, [(name, grad)])
-// and save_and_reload() -> another such object.
+// A placed copy held by Python: an object with run(inputs, weights_for) -> (outputs,
+// [(name, grad)]) and save_and_reload() -> another such object.
 class PythonPlacedModel final : public validation::PlacedModel {
  public:
   explicit PythonPlacedModel(py::object handle) : handle_(std::move(handle)) {}
@@ -31,9 +31,15 @@ class PythonPlacedModel final : public validation::PlacedModel {
     handle_ = py::object();  // drops the Python copy (and its device memory) now
   }
 
-  validation::RunResult run(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& weights) override {
+  validation::RunResult run(const std::vector<at::Tensor>& inputs, const validation::OutputWeights& weights) override {
     py::gil_scoped_acquire gil;
-    const py::tuple result = handle_.attr("run")(capsules(inputs), capsules(weights));
+    // Python gets the weights as a callable from output shapes to capsules (None: forward only).
+    py::object weights_for = py::none();
+    if (weights) {
+      weights_for = py::cpp_function(
+          [weights](const std::vector<std::vector<int64_t>>& shapes) { return capsules(weights(shapes)); });
+    }
+    const py::tuple result = handle_.attr("run")(capsules(inputs), weights_for);
     validation::RunResult out;
     for (const auto& capsule : result[0].cast<py::list>()) out.outputs.push_back(from_capsule(capsule.cast<py::capsule>()));
     for (const auto& item : result[1].cast<py::list>()) {

@@ -161,21 +161,27 @@ class _PlacedModel:
             self.module.to(device=device, dtype=round_through)
         self.module.to(device=device, dtype=dtype)
 
-    def run(self, inputs, weights):
+    def run(self, inputs, weights_for):
+        """Forward and, when ``weights_for`` (output shapes -> weight capsules) is given, backward
+        of sum_i sum(output_i * weight_i); returns CPU capsules of outputs and gradients."""
         xs = [from_dlpack(c) for c in inputs]
         xs = [x.to(self.device, self.dtype) if x.is_floating_point() else x.to(self.device) for x in xs]
-        ws = [from_dlpack(c) for c in weights]
         parameters = list(self.module.named_parameters())
         for _, p in parameters:
             p.grad = None
-        if not ws:
+        # TorchScript's optimiser swaps in a specialised graph after profiling the first runs of
+        # every copy, so runs would execute different code; the C++ side turns it off likewise.
+        with torch.jit.optimized_execution(False):
+            return self._run(xs, weights_for, parameters)
+
+    def _run(self, xs, weights_for, parameters):
+        if weights_for is None:
             with torch.no_grad():
                 outputs = _flatten(self.module(*xs))
             grads = []
         else:
             outputs = _flatten(self.module(*xs))
-            if len(outputs) != len(ws):
-                raise RuntimeError(f"the model returned {len(outputs)} outputs in this run but {len(ws)} in the reference run")
+            ws = [from_dlpack(c) for c in weights_for([list(o.shape) for o in outputs])]
             terms = [(o * w.to(o.device, o.dtype)).sum() for o, w in zip(outputs, ws)
                      if o.is_floating_point() and o.requires_grad]
             if terms:

@@ -1,12 +1,8 @@
-// torch::nn modules as validation subjects: copies by clone(), round trip through the module's
-// own archive (torch::save's format).
+// torch::nn modules as validation subjects: copies by clone(), round trip through the portable
+// checkpoint.
 #include "validation/run_steps.h"
 
 #include <torch/nn/modules/container/any.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
-
-#include <sstream>
 
 namespace torchbridge::validation {
 namespace {
@@ -23,12 +19,19 @@ torch::nn::AnyModule copy_of(const torch::nn::AnyModule& module, c10::Device dev
   return copy;
 }
 
+NamedTensors named_state(const torch::nn::Module& module) {
+  NamedTensors state;
+  for (const auto& p : module.named_parameters()) state.emplace_back(p.key(), p.value());
+  for (const auto& b : module.named_buffers()) state.emplace_back(b.key(), b.value());
+  return state;
+}
+
 class PlacedNnModule final : public PlacedModel {
  public:
   PlacedNnModule(torch::nn::AnyModule module, c10::Device device, c10::ScalarType dtype)
       : module_(std::move(module)), device_(device), dtype_(dtype) {}
 
-  RunResult run(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& weights) override {
+  RunResult run(const std::vector<at::Tensor>& inputs, const OutputWeights& weights) override {
     std::vector<std::pair<std::string, at::Tensor>> parameters;
     for (const auto& p : module_.ptr()->named_parameters()) parameters.emplace_back(p.key(), p.value());
     const auto forward = [this](const std::vector<at::Tensor>& placed) -> std::vector<at::Tensor> {
@@ -42,16 +45,10 @@ class PlacedNnModule final : public PlacedModel {
     return run_model(forward, parameters, place_inputs(inputs, device_, dtype_), weights);
   }
 
+  // Through the portable checkpoint, as TorchScript models do (torchscript_model.cpp).
   std::unique_ptr<PlacedModel> save_and_reload() const override {
-    torch::serialize::OutputArchive archive;
-    module_.ptr()->save(archive);
-    std::stringstream buffer;
-    archive.save_to(buffer);
-    // A fresh copy of the same structure, then the archive's values loaded into it.
     torch::nn::AnyModule reloaded = copy_of(module_, device_, dtype_);
-    torch::serialize::InputArchive input;
-    input.load_from(buffer, device_);
-    reloaded.ptr()->load(input);
+    assign(named_state(*reloaded.ptr()), checkpoint_round_trip(named_state(*module_.ptr()), device_));
     return std::make_unique<PlacedNnModule>(std::move(reloaded), device_, dtype_);
   }
 

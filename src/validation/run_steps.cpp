@@ -1,7 +1,14 @@
 #include "validation/run_steps.h"
 
 #include <ATen/ATen.h>
+#include <torchbridge/checkpoint/safetensors.h>
+
 #include <ATen/core/grad_mode.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <tuple>
 
 namespace torchbridge::validation {
 
@@ -36,18 +43,20 @@ std::vector<at::Tensor> detached_cpu(const std::vector<at::Tensor>& tensors) {
 
 RunResult run_model(const std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>& forward,
                     const std::vector<std::pair<std::string, at::Tensor>>& parameters,
-                    const std::vector<at::Tensor>& placed_inputs, const std::vector<at::Tensor>& weights) {
+                    const std::vector<at::Tensor>& placed_inputs, const OutputWeights& weights) {
   for (const auto& [name, p] : parameters) {
     if (p.grad().defined()) p.mutable_grad() = at::Tensor();
   }
   RunResult result;
-  if (weights.empty()) {
+  if (!weights) {
     at::NoGradGuard no_grad;
     result.outputs = detached_cpu(forward(placed_inputs));
     return result;
   }
   const auto outputs = forward(placed_inputs);
-  const at::Tensor loss = weighted_loss(outputs, weights);
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& output : outputs) shapes.push_back(output.sizes().vec());
+  const at::Tensor loss = weighted_loss(outputs, weights(shapes));
   if (loss.defined()) loss.backward();
   result.outputs = detached_cpu(outputs);
   for (const auto& [name, p] : parameters) {
@@ -57,6 +66,64 @@ RunResult run_model(const std::function<std::vector<at::Tensor>(const std::vecto
     if (p.grad().defined()) p.mutable_grad() = at::Tensor();  // gradients are device memory too
   }
   return result;
+}
+
+namespace {
+
+// A private file for one round trip, removed when done. /dev/shm when there is one: the writer
+// fsyncs (its crash safety), which on a disk would time the disk rather than the round trip.
+class TemporaryFile {
+ public:
+  TemporaryFile() {
+    const std::filesystem::path shm = "/dev/shm";
+    const auto directory = std::filesystem::is_directory(shm) && access(shm.c_str(), W_OK) == 0
+                               ? shm
+                               : std::filesystem::temp_directory_path();
+    std::string pattern = (directory / "torchbridge-round-trip-XXXXXX").string();
+    const int fd = mkstemp(pattern.data());
+    TORCH_CHECK(fd >= 0, "cannot create a temporary file from ", pattern);
+    close(fd);
+    path_ = pattern;
+  }
+  ~TemporaryFile() { std::filesystem::remove(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+std::map<std::string, at::Tensor> checkpoint_round_trip(const NamedTensors& state, c10::Device device) {
+  using View = std::tuple<const void*, int64_t, std::vector<int64_t>, std::vector<int64_t>, c10::ScalarType>;
+  std::map<View, std::string> stored_as;
+  std::map<std::string, std::string> alias_of;
+  NamedTensors unique;
+  for (const auto& [name, tensor] : state) {
+    const View view{tensor.storage().data(), tensor.storage_offset(), tensor.sizes().vec(), tensor.strides().vec(),
+                    tensor.scalar_type()};
+    const auto [it, inserted] = stored_as.emplace(view, name);
+    if (inserted) unique.emplace_back(name, tensor.detach());
+    alias_of[name] = it->second;
+  }
+  TemporaryFile file;
+  checkpoint::save(file.path(), unique);
+  const auto reader = checkpoint::SafetensorsFile::open(file.path());
+  std::map<std::string, at::Tensor> loaded;
+  for (const auto& [name, tensor] : unique) loaded[name] = reader.load(name, device);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, stored] : alias_of) out[name] = loaded.at(stored);
+  return out;
+}
+
+void assign(const NamedTensors& state, const std::map<std::string, at::Tensor>& values) {
+  at::NoGradGuard no_grad;
+  for (const auto& [name, tensor] : state) {
+    const auto it = values.find(name);
+    TORCH_CHECK(it != values.end(), "the reloaded checkpoint has no tensor '", name, "'");
+    at::Tensor target = tensor;
+    target.set_data(it->second);
+  }
 }
 
 }  // namespace torchbridge::validation

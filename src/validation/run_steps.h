@@ -3,6 +3,8 @@
 
 #include <torchbridge/validation/validator.h>
 
+#include <map>
+
 namespace torchbridge::validation {
 
 // `inputs` on `device`; floating-point ones cast to `dtype`, others (indices, masks) kept.
@@ -15,6 +17,16 @@ std::vector<at::Tensor> detached_cpu(const std::vector<at::Tensor>& tensors);
 // Forward, then (with weights) backward, with gradients cleared first; `parameters` are named.
 RunResult run_model(const std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>& forward,
                     const std::vector<std::pair<std::string, at::Tensor>>& parameters,
-                    const std::vector<at::Tensor>& placed_inputs, const std::vector<at::Tensor>& weights);
+                    const std::vector<at::Tensor>& placed_inputs, const OutputWeights& weights);
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// `state` written as a TorchBridge portable checkpoint (safetensors, through the checkpoint
+// module's writer) and read back onto `device` by its reader: the round trip a model's weights
+// take between runs and machines. Tensors sharing storage (tied weights) are written once and
+// read back under each of their names.
+std::map<std::string, at::Tensor> checkpoint_round_trip(const NamedTensors& state, c10::Device device);
+// Replaces the data of every tensor in `state` with `values[name]` (names must all be present).
+void assign(const NamedTensors& state, const std::map<std::string, at::Tensor>& values);
 
 }  // namespace torchbridge::validation

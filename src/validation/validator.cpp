@@ -64,13 +64,25 @@ bool bitwise_deterministic(c10::DeviceType type) {
 
 struct Reference {
   RunResult result;
-  std::vector<at::Tensor> weights;
+  OutputWeights weights;
   std::string description;
 };
 
+// Standard normal weights from a seed, rounded to the compute precision (like the inputs, so a
+// backend holds them exactly), as float64.
+OutputWeights seeded_weights(uint64_t seed, c10::ScalarType compute) {
+  return [seed, compute](const std::vector<std::vector<int64_t>>& shapes) {
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+    std::vector<at::Tensor> weights;
+    for (const auto& shape : shapes) {
+      weights.push_back(at::randn(shape, generator, at::TensorOptions().dtype(at::kDouble)).to(compute).to(at::kDouble));
+    }
+    return weights;
+  };
+}
+
 // The model on the CPU in float64, or float32 when it cannot run in float64 (e.g. it casts
-// internally), holding its parameters rounded to the compute precision; the output weights for
-// the backward pass are drawn once, here.
+// internally), holding its parameters rounded to the compute precision.
 Reference run_reference(const ModelSource& model, const std::vector<at::Tensor>& inputs, uint64_t seed,
                         c10::ScalarType compute, c10::ScalarType storage) {
   Reference reference;
@@ -78,13 +90,7 @@ Reference run_reference(const ModelSource& model, const std::vector<at::Tensor>&
   for (const auto dtype : {at::kDouble, at::kFloat}) {
     try {
       auto placed = model.place(c10::Device(c10::kCPU), dtype, storage);
-      const RunResult forward_only = placed->run(inputs, {});
-      at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed + 1);
-      for (const auto& output : forward_only.outputs) {
-        // Representable in the compute precision, like the inputs, so the backends see them exactly.
-        const at::Tensor weight = at::randn(output.sizes(), generator, at::TensorOptions().dtype(at::kDouble));
-        reference.weights.push_back(weight.to(compute).to(at::kDouble));
-      }
+      reference.weights = seeded_weights(seed + 1, compute);
       reference.result = placed->run(inputs, reference.weights);
       reference.description = dtype == at::kDouble
                                   ? "cpu float64"
@@ -115,7 +121,7 @@ class BackendValidation {
   template <typename Progress>
   void run(const Progress& progress) {
     const bool memory = device_.type() != c10::kCPU;
-    if (memory && needs_warm_up(device_.type())) model_.place(device_, dtype_, storage_)->run(inputs_, {});
+    if (memory && needs_warm_up(device_.type())) model_.place(device_, dtype_, storage_)->run(inputs_, nullptr);
     MemoryStats baseline;
     if (memory) baseline = settled_memory();
     else report_.not_checked.push_back(name_ + ": memory — the CPU backend's statistics are process RSS, which "

@@ -41,17 +41,21 @@ struct RunResult {
   std::vector<std::pair<std::string, at::Tensor>> gradients;  // parameter name -> gradient
 };
 
+// The weights of the loss whose gradients are compared, as a function of the outputs' shapes (so
+// one forward pass suffices, even on the reference). Always the same for the same shapes.
+using OutputWeights = std::function<std::vector<at::Tensor>(const std::vector<std::vector<int64_t>>& shapes)>;
+
 // One independent copy of a model on one device, in one dtype.
 class PlacedModel {
  public:
   virtual ~PlacedModel() = default;
   // Moves `inputs` (CPU tensors) to the copy's device, casting floating-point ones to its dtype,
-  // and runs forward. With `output_weights` (one CPU tensor per output, same shapes), also runs
-  // backward of the loss sum_i sum(output_i * output_weights[i]); empty means forward only.
-  // Random weights (rather than a plain sum) keep gradients from cancelling: the sum of a
-  // layer-normalised output, for one, has a zero gradient. Returns the outputs and the gradients
-  // of parameters that require them, on the CPU. Earlier gradients are cleared first.
-  virtual RunResult run(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& output_weights) = 0;
+  // and runs forward. With `output_weights` (given the outputs' shapes, one CPU tensor per
+  // output), also runs backward of the loss sum_i sum(output_i * weight_i); an empty function
+  // means forward only. Random weights (rather than a plain sum) keep gradients from cancelling:
+  // the sum of a layer-normalised output, for one, has a zero gradient. Returns the outputs and
+  // the gradients of parameters that require them, on the CPU. Earlier gradients are cleared.
+  virtual RunResult run(const std::vector<at::Tensor>& inputs, const OutputWeights& output_weights) = 0;
   // This copy written in the model's own serialized form and read back onto the same device.
   virtual std::unique_ptr<PlacedModel> save_and_reload() const = 0;
 };
