@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import json
 import os
+import warnings
 
 import torch
 
@@ -246,12 +247,14 @@ def _c10_name(dtype: torch.dtype) -> str:
 @functools.lru_cache(maxsize=None)
 def _dtypes_by_c10_name() -> "dict[str, torch.dtype]":
     table = {}
-    for value in vars(torch).values():
-        if isinstance(value, torch.dtype):
-            try:
-                table[_c10_name(value)] = value
-            except (RuntimeError, TypeError):
-                continue  # dtypes without a dense CPU tensor (e.g. sub-byte ones) are never saved
+    with warnings.catch_warnings():  # creating quantized or complex32 tensors warns; nothing is computed
+        warnings.simplefilter("ignore")
+        for value in vars(torch).values():
+            if isinstance(value, torch.dtype):
+                try:
+                    table[_c10_name(value)] = value
+                except (RuntimeError, TypeError):
+                    continue  # dtypes without a dense CPU tensor (e.g. sub-byte ones) are never saved
     return table
 
 

@@ -23,18 +23,38 @@ OPTIMIZERS = {
 }
 
 
-def make_model(seed: int) -> torch.nn.Module:
+class Net(torch.nn.Module):
+    """Two layers and two buffers that training updates: a running mean of the hidden features
+    (which the output depends on) and an int64 batch counter."""
+
+    def __init__(self, hidden: int = 8, out: int = 2, extra: bool = False):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(6, hidden), torch.nn.Linear(hidden, out)
+        self.extra = torch.nn.Linear(out, 1) if extra else None
+        self.register_buffer("feature_mean", torch.zeros(hidden))
+        self.register_buffer("batches", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x):
+        h = torch.tanh(self.fc1(x))
+        if self.training:
+            with torch.no_grad():
+                self.feature_mean.mul_(0.9).add_(h.mean(0), alpha=0.1)
+                self.batches += 1
+        y = self.fc2(h - self.feature_mean)
+        return y if self.extra is None else self.extra(y)
+
+
+def make_model(seed: int, **shape) -> Net:
     torch.manual_seed(seed)
-    # BatchNorm adds buffers, one of them int64 (num_batches_tracked), that training updates.
-    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    return Net(**shape)
 
 
 def train(model, optimizer, steps: int, device) -> None:
     # Each batch comes from the global CPU generator, so resuming must restore it too.
     for _ in range(steps):
-        x, y = torch.randn(16, 6).to(device), torch.randn(16, 2).to(device)
         optimizer.zero_grad()
-        F.mse_loss(model(x), y).backward()
+        output = model(torch.randn(16, 6).to(device))
+        F.mse_loss(output, torch.randn(output.shape).to(device)).backward()
         optimizer.step()
 
 
@@ -88,7 +108,7 @@ def test_resume_on_another_device_is_bit_identical(tmp_path, optimizer_name, sav
     resumed_optimizer = make_optimizer(resumed.parameters())
     progress = checkpoint.load_state(path, resumed, resumed_optimizer, device_map={"": resume_on})
     assert (progress.step, progress.epoch, progress.metadata) == (5, 1, {"run": "test"})
-    assert progress.source_devices["0.weight"] == save_on and progress.source_dtypes["1.num_batches_tracked"] == torch.int64
+    assert progress.source_devices["fc1.weight"] == save_on and progress.source_dtypes["batches"] == torch.int64
     for name, tensor in resumed.state_dict().items():
         assert tensor.device == torch.device(resume_on), name
     for state in resumed_optimizer.state.values():
@@ -130,10 +150,10 @@ def test_file_layout_is_the_cpp_training_state(tmp_path):
     assert header["torchbridge.source_backend"] == torchbridge.detect_best_backend()
     assert json.loads(header["torchbridge.source_devices"]) == {n: "cpu" for n in model_state}
     dtypes = json.loads(header["torchbridge.source_dtypes"])
-    assert dtypes["0.weight"] == "Float" and dtypes["1.num_batches_tracked"] == "Long"  # c10 names, as C++ writes
+    assert dtypes["fc1.weight"] == "Float" and dtypes["batches"] == "Long"  # c10 names, as C++ writes
     description = json.loads(header["torchbridge.optimizer"])
     group = description["groups"][0]
-    assert description["type"] == "Adam" and group["size"] == 4 + 2  # 2 Linear + BatchNorm weight/bias
+    assert description["type"] == "Adam" and group["size"] == 4
     # What the C++ reader needs (beta1/beta2, amsgrad, ...) next to torch's own hyper-parameters.
     assert (group["lr"], group["beta1"], group["beta2"], group["eps"], group["amsgrad"]) == (0.01, 0.9, 0.999, 1e-8, True)
     assert group["betas"] == [0.9, 0.999] and group["maximize"] is False
@@ -221,7 +241,7 @@ def test_dtype_policies(tmp_path):
     checkpoint.load_state(path, restored, dtype_policy="cast:float64")
     for name, tensor in restored.state_dict().items():
         want = model.state_dict()[name]
-        assert tensor.dtype == (torch.int64 if name.endswith("num_batches_tracked") else torch.float64), name
+        assert tensor.dtype == (torch.int64 if name == "batches" else torch.float64), name
         assert torch.equal(tensor, want.to(tensor.dtype)), name
 
     # keep: saved bf16 comes back bf16 even into a float32 model.
@@ -229,18 +249,19 @@ def test_dtype_policies(tmp_path):
     checkpoint.save_state(tmp_path / "bf16.safetensors", half)
     restored = make_model(2)
     checkpoint.load_state(tmp_path / "bf16.safetensors", restored, dtype_policy="keep")
-    assert restored[0].weight.dtype == torch.bfloat16 and torch.equal(restored[0].weight, half[0].weight)
+    assert restored.fc1.weight.dtype == torch.bfloat16 and torch.equal(restored.fc1.weight, half.fc1.weight)
 
     # convert_unsupported: bf16 stays only where the device computes it (its own description says).
     cpu_dtypes = torchbridge.BackendFactory.create("cpu").get_device_info()["supported_dtypes"]
     emu_dtypes = torchbridge.BackendFactory.create("emu").get_device_info()["supported_dtypes"]
     restored = make_model(2)
     checkpoint.load_state(tmp_path / "bf16.safetensors", restored, dtype_policy="convert_unsupported",
-                          device_map={"0": "cpu", "": "emu:0"})
-    for layer, dtypes in ((restored[0], cpu_dtypes), (restored[3], emu_dtypes)):
+                          device_map={"fc1": "cpu", "": "emu:0"})
+    for name, dtypes in (("fc1", cpu_dtypes), ("fc2", emu_dtypes)):
         want = torch.bfloat16 if torch.bfloat16 in dtypes else torch.float32
-        assert layer.weight.dtype == want
-        assert torch.equal(layer.weight.cpu(), half.state_dict()[f"{'0' if layer is restored[0] else '3'}.weight"].to(want))
+        weight = getattr(restored, name).weight
+        assert weight.dtype == want and weight.device.type == ("cpu" if name == "fc1" else "emu")
+        assert torch.equal(weight.cpu(), getattr(half, name).weight.to(want))
 
 
 def test_fp8_widens_with_its_scale(tmp_path):
@@ -271,18 +292,15 @@ def test_mismatches_raise_and_change_nothing(tmp_path):
     checkpoint.save(tmp_path / "plain.safetensors", {"x": torch.ones(1)})
     checkpoint.save_state(tmp_path / "no_optimizer.safetensors", model)
 
-    def target(out_features=2, hidden=8, extra=False):
-        torch.manual_seed(4)
-        layers = [torch.nn.Linear(6, hidden), torch.nn.BatchNorm1d(hidden), torch.nn.Tanh(),
-                  torch.nn.Linear(hidden, out_features)] + ([torch.nn.Linear(out_features, 1)] if extra else [])
-        net = torch.nn.Sequential(*layers).to("emu:0")
+    def target(**shape):
+        net = make_model(4, **shape).to("emu:0")
         optimizer = torch.optim.SGD(net.parameters(), lr=0.3, momentum=0.5)
         train(net, optimizer, 1, "emu:0")  # it has state of its own, which must survive
         return net, optimizer
 
     cases = [
-        (dict(out_features=3), {}, "'3.weight' was saved with shape \\[2, 8\\] but the model's is \\[3, 8\\]"),
-        (dict(extra=True), {}, "the model has '4.weight' but the state does not"),
+        (dict(out=3), {}, "'fc2.weight' was saved with shape \\[2, 8\\] but the model's is \\[3, 8\\]"),
+        (dict(extra=True), {}, "the model has 'extra.weight' but the state does not"),
         ({}, dict(optimizer=torch.optim.Adam), "holds a SGD optimizer but a Adam was given"),
         ({}, dict(device_map={"": "emu:5"}), "device_map\\[''\\]: emu:5 does not exist \\(2 emu devices\\)"),
         ({}, dict(device_map={"0": "gpu"}), "device_map\\['0'\\]: 'gpu' is not a device"),
@@ -332,21 +350,23 @@ def test_failure_while_committing_rolls_everything_back(tmp_path):
 def test_strict_false_skips_names_only_one_side_has(tmp_path):
     model = make_model(1)
     path = checkpoint.save_state(tmp_path / "s.safetensors", model)
-    bigger = torch.nn.Sequential(*make_model(2), torch.nn.Linear(2, 1))
-    untouched = bigger[4].weight.detach().clone()
+    bigger = make_model(2, extra=True)
+    untouched = bigger.extra.weight.detach().clone()
     progress = checkpoint.load_state(path, bigger, strict=False)
-    assert progress.missing_keys == ["4.weight", "4.bias"] and progress.unexpected_keys == []
-    assert torch.equal(bigger[4].weight, untouched) and torch.equal(bigger[0].weight, model[0].weight)
-    smaller = torch.nn.Sequential(torch.nn.Linear(6, 8))
+    assert progress.missing_keys == ["extra.weight", "extra.bias"] and progress.unexpected_keys == []
+    assert torch.equal(bigger.extra.weight, untouched) and torch.equal(bigger.fc1.weight, model.fc1.weight)
+    smaller = torch.nn.Module()
+    smaller.fc1 = torch.nn.Linear(6, 8)
     assert checkpoint.load_state(path, smaller, strict=False).unexpected_keys == sorted(
-        n for n in model.state_dict() if not n.startswith("0."))
-    with pytest.raises(ValueError, match="was saved with shape"):
-        checkpoint.load_state(path, torch.nn.Sequential(torch.nn.Linear(6, 9)), strict=False)
+        n for n in model.state_dict() if not n.startswith("fc1."))
+    assert torch.equal(smaller.fc1.bias, model.fc1.bias)
+    with pytest.raises(ValueError, match="'fc1.weight' was saved with shape"):
+        checkpoint.load_state(path, make_model(2, hidden=9), strict=False)
 
 
 def test_bad_arguments(tmp_path):
     model = make_model(1)
-    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got dict"):
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got OrderedDict"):
         checkpoint.save_state(tmp_path / "s.safetensors", model.state_dict())
     with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer or None, got list"):
         checkpoint.save_state(tmp_path / "s.safetensors", model, [])
