@@ -14,8 +14,12 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
+import torchbridge
 from torchbridge.deployment import (ExportResult, ExportVerificationError, export_to_onnx, export_to_safetensors,
                                     export_to_torchscript)
+
+os.environ.setdefault("TORCHBRIDGE_EMU_GUARDED", "1")
+torchbridge.devices.load("emu")  # for exports of a model that lives on an SDK device
 
 
 class MLP(torch.nn.Module):
@@ -240,3 +244,19 @@ def test_missing_onnx_packages_are_named(tmp_path, monkeypatch):
     # A ScriptModule goes through the TorchScript-based exporter, which does not need onnxscript.
     with pytest.raises(ImportError, match="needs the packages onnxruntime: pip install onnxruntime"):
         export_to_onnx(torch.jit.script(model), output_path=tmp_path / "m.onnx", sample_input=x)
+
+
+def test_exports_of_a_model_on_an_sdk_device(tmp_path):
+    model, x = make("cnn")
+    model, x = model.to("emu:1"), x.to("emu:1")
+    with torch.no_grad():
+        want = model(x).cpu()
+    weights = export_to_safetensors(model, output_path=tmp_path / "w.safetensors")
+    for name, tensor in load_file(weights.path).items():
+        assert torch.equal(tensor, model.state_dict()[name].cpu()), name
+    onnx_file = export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x)  # exported from a CPU copy
+    np.testing.assert_allclose(onnxruntime_outputs(onnx_file.path, x.cpu())[0], want.numpy(), rtol=1e-4, atol=1e-5)
+    script = export_to_torchscript(model, output_path=tmp_path / "m.pt", sample_input=x)
+    with torch.no_grad():
+        assert torch.equal(torch.jit.load(script.path, map_location="cpu")(x.cpu()), want)
+    assert all(p.device == torch.device("emu:1") for p in model.parameters()), "the model must stay where it was"
