@@ -60,9 +60,10 @@ def _json_value(value, where: str):
 
 
 def decode(path: str, description_json: str, tensors: "dict[str, torch.Tensor]",
-           optimizer: torch.optim.Optimizer) -> dict:
+           optimizer: torch.optim.Optimizer, written_by_cpp: bool) -> dict:
     """A state_dict for ``optimizer.load_state_dict`` from the saved description and the
-    ``optimizer.*`` tensors; raises ValueError for any mismatch, before anything is changed."""
+    ``optimizer.*`` tensors; raises ValueError for any mismatch, before anything is changed.
+    ``written_by_cpp``: LibTorch counts Adam steps in int64, torch.optim in a float32 tensor."""
     description = json.loads(description_json)
     saved_type, given_type = description.get("type"), type(optimizer).__name__
     if saved_type != given_type:
@@ -88,6 +89,9 @@ def decode(path: str, description_json: str, tensors: "dict[str, torch.Tensor]",
         if field in _PARAM_SHAPED and tensor.shape != params[index].shape:
             raise ValueError(f"{path}: '{name}' was saved with shape {list(tensor.shape)} but the optimizer's "
                              f"parameter {index} has shape {list(params[index].shape)}")
+        if written_by_cpp and field == "step" and not tensor.is_floating_point():
+            # torch.optim's step counters: float64 under a float64 default dtype, else float32.
+            tensor = tensor.to(torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32)
         state.setdefault(index, {})[field] = tensor
     for index, fields in description.get("values", {}).items():
         state.setdefault(int(index), {}).update(fields)

@@ -131,7 +131,8 @@ def load_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer |
             raise ValueError(f"{path}: the state was saved without an optimizer, but one was given")
         optimizer_state = _optimizer_state.decode(
             path, header["torchbridge.optimizer"],
-            {n: t for n, t in saved.items() if n.startswith(_optimizer_state.PREFIX)}, optimizer)
+            {n: t for n, t in saved.items() if n.startswith(_optimizer_state.PREFIX)}, optimizer,
+            written_by_cpp=header.get("torchbridge.writer") != "python")
 
     loaded = [name for name in model_state if name in saved_names]
     device_map = _placement.parse_device_map(device_map, [(n, model_state[n].nbytes) for n in loaded])
