@@ -54,6 +54,8 @@ def save_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer |
             raise TypeError(f"{label} must be an int, got {type(value).__name__}")
         if value < 0:
             raise ValueError(f"{label} must be >= 0, got {value}")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be a dict of str to str, got {type(metadata).__name__}")
     user = dict(metadata or {})
     for key, value in user.items():
         if not isinstance(key, str) or not key or not isinstance(value, str):

@@ -379,6 +379,8 @@ def test_bad_arguments(tmp_path):
         checkpoint.save_state(tmp_path / "s.safetensors", model, epoch=-1)
     with pytest.raises(TypeError, match="str keys to str values.*'lr': 0.1"):
         checkpoint.save_state(tmp_path / "s.safetensors", model, metadata={"lr": 0.1})
+    with pytest.raises(TypeError, match="metadata must be a dict of str to str, got list"):
+        checkpoint.save_state(tmp_path / "s.safetensors", model, metadata=[("a", "b")])
     with pytest.raises(TypeError, match="path must be a str or os.PathLike, got int"):
         checkpoint.save_state(3, model)
     with pytest.raises(RuntimeError, match="missing_dir"):
