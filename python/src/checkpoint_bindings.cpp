@@ -2,6 +2,7 @@
 #include "dlpack_bridge.h"
 
 #include <torchbridge/checkpoint/checkpoint.h>
+#include <torchbridge/checkpoint/training_state.h>
 
 #include <pybind11/stl.h>
 
@@ -28,6 +29,16 @@ void bind_checkpoint(py::module_& m) {
     return std::vector<std::string>{path};
   });
   m.def("parse_size", &checkpoint::parse_size);
+  // The training state's "auto" device map, shared with C++ restores: (tensor name, bytes) in model
+  // order -> (module prefix, device string) over `backend`'s devices by free memory.
+  m.def("auto_device_map", [](const std::vector<std::pair<std::string, int64_t>>& tensor_bytes,
+                              const std::string& backend) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& [prefix, device] : checkpoint::auto_device_map(tensor_bytes, backend)) {
+      out.emplace_back(prefix, device.str());
+    }
+    return out;
+  });
 }
 
 }  // namespace torchbridge::python

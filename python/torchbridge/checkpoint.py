@@ -1,5 +1,6 @@
 """Portable checkpoints through the C++ core: safetensors files and sharded Hugging Face
-directories, read lazily and strictly validated, written atomically."""
+directories, read lazily and strictly validated, written atomically; and a training run's whole
+state in one such file (``save_state`` / ``load_state``, in _training_state.py)."""
 
 import torch
 from torch.utils.dlpack import from_dlpack, to_dlpack
@@ -47,3 +48,7 @@ def _check_shared_storage(tensors):
             raise ValueError(f"tensors '{owners[key]}' and '{name}' share storage; safetensors stores tensors "
                              "separately, so save a clone of one (e.g. for tied weights) or only one of them")
         owners[key] = name
+
+
+# Last: the training state is built on the functions above.
+from ._training_state import TrainingProgress, load_state, save_state  # noqa: E402,F401

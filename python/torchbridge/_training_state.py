@@ -1,0 +1,267 @@
+"""A Python training run's state in one safetensors file: ``checkpoint.save_state`` /
+``checkpoint.load_state``.
+
+The layout is the C++ core's (src/checkpoint/training_state.cpp), so both read the same names:
+``model.<name>`` for parameters and persistent buffers, ``optimizer.<i>.<field>`` for optimizer
+state, ``rng.cpu`` / ``rng.<device>`` for generator states, and in ``__metadata__``: ``format``,
+``torchbridge.step``, ``torchbridge.epoch``, ``torchbridge.optimizer`` (JSON), ``torchbridge.source_*``
+and ``user.<key>``. The file is written by the C++ writer (atomic replacement)."""
+
+import dataclasses
+import functools
+import json
+import os
+import warnings
+
+import torch
+
+from . import _C, _optimizer_state, _placement
+from . import checkpoint as _files
+
+FORMAT = "torchbridge.training_state/1"
+_MODEL = "model."
+_RNG = "rng."
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingProgress:
+    """What ``load_state`` returns: the saved counters and user metadata, where the run was saved,
+    and what the restore did (names skipped under ``strict=False``, generators restored)."""
+
+    step: int
+    epoch: int
+    metadata: "dict[str, str]"
+    source_backend: str
+    source_devices: "dict[str, str]"
+    source_dtypes: "dict[str, torch.dtype]"
+    missing_keys: "list[str]" = dataclasses.field(default_factory=list)
+    unexpected_keys: "list[str]" = dataclasses.field(default_factory=list)
+    restored_rng: "list[str]" = dataclasses.field(default_factory=list)
+
+
+# ---- saving ---------------------------------------------------------------------------------------
+def save_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer | None" = None, *,
+               step: int = 0, epoch: int = 0, metadata: "dict[str, str] | None" = None) -> str:
+    """Writes ``model``'s parameters and persistent buffers, ``optimizer``'s state (any
+    torch.optim optimizer whose state is tensors and JSON values), the CPU generator and the current
+    accelerator's generators, ``step``/``epoch``, ``metadata`` (str -> str) and the source
+    backend, devices and dtypes to ``path``. Returns the path."""
+    path = _check_path(path)
+    _check_model(model)
+    _check_optimizer(optimizer)
+    for label, value in (("step", step), ("epoch", epoch)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{label} must be an int, got {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"{label} must be >= 0, got {value}")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be a dict of str to str, got {type(metadata).__name__}")
+    user = dict(metadata or {})
+    for key, value in user.items():
+        if not isinstance(key, str) or not key or not isinstance(value, str):
+            raise TypeError(f"metadata maps non-empty str keys to str values (as the C++ training state does), "
+                            f"got {key!r}: {value!r}")
+
+    tensors, devices, dtypes = {}, {}, {}
+    for name, tensor in _named_state(model).items():
+        tensors[_MODEL + name] = tensor.detach()
+        devices[name] = str(tensor.device)
+        dtypes[name] = _c10_name(tensor.dtype)
+    header = {
+        "format": FORMAT,
+        "torchbridge.writer": "python",
+        "torchbridge.step": str(step),
+        "torchbridge.epoch": str(epoch),
+        "torchbridge.source_devices": json.dumps(devices),
+        "torchbridge.source_dtypes": json.dumps(dtypes),
+        "torchbridge.source_backend": _C.detect_best_backend(),
+    }
+    if optimizer is not None:
+        optimizer_tensors, header["torchbridge.optimizer"] = _optimizer_state.encode(optimizer)
+        tensors.update(optimizer_tensors)
+    tensors[_RNG + "cpu"] = torch.get_rng_state()
+    for device in _accelerator_devices():
+        tensors[_RNG + str(device)] = torch.get_device_module(device.type).get_rng_state(device.index)
+    header.update({"user." + key: value for key, value in user.items()})
+    _files.save(path, tensors, metadata=header)
+    return path
+
+
+# ---- loading --------------------------------------------------------------------------------------
+def load_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer | None" = None, *,
+               device_map=None, dtype_policy: str = "keep", strict: bool = True) -> TrainingProgress:
+    """Restores a state written by ``save_state`` (or by the C++ ``save_training_state``) into
+    ``model`` and ``optimizer``, plus the generators this process has, and returns the progress.
+
+    ``device_map``: None (tensors stay on the devices the model has them on), a dict of module-name
+    prefix -> device (longest prefix wins, "" matches all), "auto" or "auto:<backend>" (top-level
+    modules spread over the backend's devices by free memory). ``dtype_policy``: "keep",
+    "cast:<dtype>" or "convert_unsupported". ``strict=False`` skips model names only one side has
+    (listed in the result); shapes and the optimizer must match regardless.
+
+    Everything is checked, and every tensor is read, converted and placed, before the model, the
+    optimizer or a generator changes; a failure leaves all of them as they were. Gradients are
+    cleared, since they belong to the replaced weights."""
+    path = _check_path(path)
+    _check_model(model)
+    _check_optimizer(optimizer)
+    if not isinstance(strict, bool):
+        raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
+    policy = _placement.DtypePolicy(dtype_policy)
+    header = _files.metadata(path)
+    if header.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a TorchBridge training state (metadata format is "
+                         f"{header.get('format')!r}, expected {FORMAT!r})")
+    saved = _files.load(path)  # CPU tensors aliasing the file's private mapping: no data read yet
+
+    model_state = _named_state(model)
+    saved_names = {name[len(_MODEL):] for name in saved if name.startswith(_MODEL)}
+    missing = [name for name in model_state if name not in saved_names]
+    unexpected = sorted(saved_names - model_state.keys())
+    if strict and (missing or unexpected):
+        raise ValueError(f"{path}: " + "; ".join(
+            [f"the model has '{n}' but the state does not" for n in missing]
+            + [f"the state has '{n}' but the model does not" for n in unexpected]))
+    for name, tensor in model_state.items():
+        if name in saved_names and saved[_MODEL + name].shape != tensor.shape:
+            raise ValueError(f"{path}: '{name}' was saved with shape {list(saved[_MODEL + name].shape)} but the "
+                             f"model's is {list(tensor.shape)}")
+
+    optimizer_state = None
+    if optimizer is not None:
+        if "torchbridge.optimizer" not in header:
+            raise ValueError(f"{path}: the state was saved without an optimizer, but one was given")
+        optimizer_state = _optimizer_state.decode(
+            path, header["torchbridge.optimizer"],
+            {n: t for n, t in saved.items() if n.startswith(_optimizer_state.PREFIX)}, optimizer,
+            written_by_cpp=header.get("torchbridge.writer") != "python")
+
+    loaded = [name for name in model_state if name in saved_names]
+    device_map = _placement.parse_device_map(device_map, [(n, model_state[n].nbytes) for n in loaded])
+    rng = _rng_to_restore(path, saved)
+    # Stage: every tensor read, converted and on its device before anything changes.
+    staged = {}
+    for name in loaded:
+        tensor = saved[_MODEL + name]
+        device = _placement.device_for(name, device_map, model_state[name].device)
+        converted = _placement.widen(tensor, policy.dtype_for(tensor.dtype, device),
+                                     saved.get(_MODEL + name + "_scale"), saved.get(_MODEL + name + "_scale_inv"))
+        staged[name] = converted.to(device, copy=True)
+
+    # Commit; the only step that can still fail (placing optimizer state on the devices) comes
+    # last, and everything before it is undone if it does.
+    previous_rng = {key: get() for key, (get, _, _) in rng.items()}
+    previous = {name: (model_state[name].data, model_state[name].grad) for name in staged}
+    try:
+        for key, (_, set_state, state) in rng.items():
+            set_state(state)
+        with torch.no_grad():
+            for name, tensor in staged.items():
+                model_state[name].data = tensor
+                model_state[name].grad = None
+        if optimizer is not None:
+            optimizer.load_state_dict(optimizer_state)
+    except BaseException:
+        for name, (data, grad) in previous.items():
+            model_state[name].data = data
+            model_state[name].grad = grad
+        for key, (_, set_state, _) in rng.items():
+            set_state(previous_rng[key])
+        raise
+
+    return TrainingProgress(
+        step=int(header.get("torchbridge.step", 0)),
+        epoch=int(header.get("torchbridge.epoch", 0)),
+        metadata={k[len("user."):]: v for k, v in header.items() if k.startswith("user.")},
+        source_backend=header.get("torchbridge.source_backend", ""),
+        source_devices=json.loads(header.get("torchbridge.source_devices", "{}")),
+        source_dtypes={n: _dtype_from_c10_name(d) for n, d in
+                       json.loads(header.get("torchbridge.source_dtypes", "{}")).items()},
+        missing_keys=missing, unexpected_keys=unexpected, restored_rng=sorted(rng))
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+def _check_path(path) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    return os.fspath(path)
+
+
+def _check_model(model) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    for name, module in model.named_modules():
+        # Extra state is arbitrary Python; the file holds tensors and strings only.
+        if type(module).get_extra_state is not torch.nn.Module.get_extra_state:
+            raise NotImplementedError(f"module '{name}' ({type(module).__name__}) has extra state "
+                                      "(get_extra_state), which a training state cannot hold")
+
+
+def _check_optimizer(optimizer) -> None:
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
+
+
+def _named_state(model: torch.nn.Module) -> "dict[str, torch.Tensor]":
+    """Parameters, then persistent buffers, as the C++ layout orders them (tied tensors once,
+    under their first name). Non-persistent buffers are derived values, as in state_dict()."""
+    state = dict(model.named_parameters())
+    for name, buffer in model.named_buffers():
+        owner, _, attribute = name.rpartition(".")
+        if attribute not in model.get_submodule(owner)._non_persistent_buffers_set:
+            state[name] = buffer
+    return state
+
+
+def _accelerator_devices() -> "list[torch.device]":
+    """Every device of the current accelerator (CUDA, an SDK device such as emu, ...), if any."""
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    if accelerator is None:
+        return []
+    return [torch.device(accelerator.type, i) for i in range(torch.accelerator.device_count())]
+
+
+def _rng_to_restore(path: str, saved: "dict[str, torch.Tensor]") -> dict:
+    """{key: (get_state, set_state, saved_state)} for the generators in the file that exist here:
+    the CPU's and the current accelerator's devices. Others (a backend this process lacks) are
+    skipped, as in C++. State sizes are checked now, so setting them cannot fail later."""
+    generators = {_RNG + "cpu": (torch.get_rng_state, torch.set_rng_state)}
+    for device in _accelerator_devices():
+        module, index = torch.get_device_module(device.type), device.index
+        generators[_RNG + str(device)] = (lambda m=module, i=index: m.get_rng_state(i),
+                                          lambda state, m=module, i=index: m.set_rng_state(state, i))
+    restore = {}
+    for key, (get_state, set_state) in generators.items():
+        if key not in saved:
+            continue
+        state, current = saved[key], get_state()
+        if state.dtype != torch.uint8 or state.shape != current.shape:
+            raise ValueError(f"{path}: '{key}' holds {state.numel()} {state.dtype} values, but this generator's "
+                             f"state is {current.numel()} uint8 values")
+        restore[key] = (get_state, set_state, state.clone())
+    return restore
+
+
+def _c10_name(dtype: torch.dtype) -> str:
+    """The C++ ScalarType name ("Float", "BFloat16"), which the C++ writer records."""
+    return torch.empty(0, dtype=dtype).type().removeprefix("torch.").removesuffix("Tensor")
+
+
+@functools.lru_cache(maxsize=None)
+def _dtypes_by_c10_name() -> "dict[str, torch.dtype]":
+    table = {}
+    with warnings.catch_warnings():  # creating quantized or complex32 tensors warns; nothing is computed
+        warnings.simplefilter("ignore")
+        for value in vars(torch).values():
+            if isinstance(value, torch.dtype):
+                try:
+                    table[_c10_name(value)] = value
+                except (RuntimeError, TypeError):
+                    continue  # dtypes without a dense CPU tensor (e.g. sub-byte ones) are never saved
+    return table
+
+
+def _dtype_from_c10_name(name: str) -> torch.dtype:
+    if name not in _dtypes_by_c10_name():
+        raise ValueError(f"source dtype {name!r} is not a torch dtype")
+    return _dtypes_by_c10_name()[name]

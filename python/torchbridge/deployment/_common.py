@@ -1,0 +1,115 @@
+"""Argument checks and the run-and-compare steps every exporter shares."""
+
+import contextlib
+import os
+
+import torch
+
+from ._result import ExportVerificationError
+
+
+def check_model(model) -> None:
+    if not isinstance(model, torch.nn.Module):  # torch.jit.ScriptModule is an nn.Module too
+        raise TypeError(f"model must be a torch.nn.Module or a torch.jit.ScriptModule, got {type(model).__name__}")
+
+
+def is_scripted(model) -> bool:
+    return isinstance(model, torch.jit.ScriptModule)
+
+
+def check_output_path(output_path, example: str) -> str:
+    """The path as a string, once its directory exists and is writable (so a long export does not
+    fail only at the end)."""
+    if output_path is None:
+        raise ValueError(f"output_path is required: the file to write, e.g. {example!r}")
+    if not isinstance(output_path, (str, os.PathLike)):
+        raise TypeError(f"output_path must be a str or os.PathLike, got {type(output_path).__name__}")
+    path = os.fspath(output_path)
+    if os.path.isdir(path):
+        raise ValueError(f"output_path '{path}' is a directory; expected a file path such as {example!r}")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ValueError(f"output_path '{path}': directory '{directory}' does not exist")
+    if not os.access(directory, os.W_OK):
+        raise ValueError(f"output_path '{path}': directory '{directory}' is not writable")
+    return path
+
+
+def check_sample_input(sample_input, purpose: str) -> "tuple[torch.Tensor, ...]":
+    """``sample_input`` as a tuple of positional tensors."""
+    if sample_input is None:
+        raise ValueError(f"sample_input is required to {purpose}: a tensor or a tuple of tensors the model accepts")
+    if isinstance(sample_input, torch.Tensor):
+        return (sample_input,)
+    if isinstance(sample_input, (tuple, list)) and sample_input and all(
+            isinstance(t, torch.Tensor) for t in sample_input):
+        return tuple(sample_input)
+    kinds = [type(v).__name__ for v in sample_input] if isinstance(sample_input, (tuple, list)) else None
+    raise TypeError(f"sample_input must be a tensor or a non-empty tuple of tensors, got "
+                    f"{type(sample_input).__name__}" + (f" of {kinds}" if kinds is not None else ""))
+
+
+def describe(inputs: "tuple[torch.Tensor, ...]") -> str:
+    return ", ".join(f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for t in inputs)
+
+
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module):
+    """Deployment graphs are inference graphs; a training model is put back afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def run_model(model: torch.nn.Module, inputs: "tuple[torch.Tensor, ...]") -> "list[torch.Tensor]":
+    """The model's outputs on ``inputs``, flattened; a failure means the input does not fit."""
+    with torch.no_grad():
+        try:
+            output = model(*inputs)
+        except Exception as error:  # any failure of the model's own forward on this input
+            raise ValueError(f"sample_input ({describe(inputs)}) does not fit the model "
+                             f"{type(model).__name__}: {error}") from error
+    return flatten(output)
+
+
+def flatten(output) -> "list[torch.Tensor]":
+    """Tensors of an output in the order exporters flatten them (tuples, lists, dict values)."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, (tuple, list)):
+        return [t for item in output for t in flatten(item)]
+    if isinstance(output, dict):
+        return [t for item in output.values() for t in flatten(item)]
+    raise TypeError(f"the model returns a {type(output).__name__}; export needs tensors, or tuples, lists or "
+                    "dicts of tensors")
+
+
+def compare(expected: "list[torch.Tensor]", got: "list[torch.Tensor]", rtol: float, atol: float,
+            source: str) -> float:
+    """The largest absolute difference between ``got`` (from the exported file, run by ``source``)
+    and ``expected`` (the model); raises ExportVerificationError past |got - expected| <=
+    atol + rtol * |expected| (exact equality when both are 0)."""
+    if len(got) != len(expected):
+        raise ExportVerificationError(f"{source} returns {len(got)} outputs but the model returns {len(expected)}")
+    largest = 0.0
+    for i, (want, have) in enumerate(zip(expected, got)):
+        want, have = want.detach().cpu(), have.detach().cpu()
+        if have.shape != want.shape or have.dtype != want.dtype:
+            raise ExportVerificationError(
+                f"output {i}: {source} gives {tuple(have.shape)} {have.dtype}, the model {tuple(want.shape)} {want.dtype}")
+        if want.numel() == 0:
+            continue
+        difference = (have.double() - want.double()).abs()
+        both_nan = torch.isnan(have.double()) & torch.isnan(want.double())
+        difference = torch.where(both_nan, torch.zeros_like(difference), difference)
+        error = difference.max().item()
+        allowed = atol + rtol * want.double().abs()
+        if not bool((difference <= allowed).all()):  # NaN on one side only fails here too
+            raise ExportVerificationError(
+                f"output {i}: {source} differs from the model by up to {error:.3g} "
+                f"(allowed: atol {atol:g} + rtol {rtol:g} * |expected|)")
+        largest = max(largest, error)
+    return largest

@@ -1,0 +1,262 @@
+"""torchbridge.deployment against independent references: torch.jit.load for TorchScript,
+onnxruntime (run here, on other inputs than the export checked) for ONNX, and the `safetensors`
+package for weights."""
+
+import json
+import os
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+import torchbridge
+from torchbridge.deployment import (ExportResult, ExportVerificationError, export_to_onnx, export_to_safetensors,
+                                    export_to_torchscript)
+
+os.environ.setdefault("TORCHBRIDGE_EMU_GUARDED", "1")
+torchbridge.devices.load("emu")  # for exports of a model that lives on an SDK device
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.ReLU(), torch.nn.Dropout(0.5),
+                                       torch.nn.Linear(32, 4))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class CNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1))
+        self.head = torch.nn.Linear(16, 5)
+
+    def forward(self, x):
+        return self.head(torch.flatten(self.features(x), 1))
+
+
+class Block(torch.nn.Module):
+    """Pre-norm transformer block: self-attention and a GELU feed-forward, both residual."""
+
+    def __init__(self, width: int = 16, heads: int = 2):
+        super().__init__()
+        self.norm1, self.norm2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
+        self.attention = torch.nn.MultiheadAttention(width, heads, batch_first=True)
+        self.feed_forward = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                                torch.nn.Linear(4 * width, width))
+
+    def forward(self, x):
+        h = self.norm1(x)
+        attended, _ = self.attention(h, h, h, need_weights=False)
+        x = x + attended
+        return x + self.feed_forward(self.norm2(x))
+
+
+def make(kind: str):
+    """A model with non-trivial weights (and batch-norm statistics), and an input for it."""
+    torch.manual_seed(0)
+    model, shape = {"mlp": (MLP, (3, 12)), "cnn": (CNN, (2, 3, 8, 8)), "block": (Block, (2, 5, 16))}[kind]
+    model = model()
+    if kind == "cnn":  # train once so running mean/var are not their initial values
+        model.train()
+        model(torch.randn(4, 3, 8, 8))
+    return model.eval(), torch.randn(*shape)
+
+
+def other_input(kind: str, batch: int):
+    torch.manual_seed(batch)
+    return torch.randn(*{"mlp": (batch, 12), "cnn": (batch, 3, 8, 8), "block": (batch, 5, 16)}[kind])
+
+
+MODELS = ["mlp", "cnn", "block"]
+
+
+@pytest.mark.parametrize("method", ["trace", "script"])
+@pytest.mark.parametrize("kind", MODELS)
+def test_torchscript_round_trip_is_exact(tmp_path, kind, method):
+    model, x = make(kind)
+    model.train()  # exported in eval mode, then put back
+    result = export_to_torchscript(model, output_path=tmp_path / "m.pt", sample_input=x, method=method)
+    assert model.training
+    assert isinstance(result, ExportResult) and result.format == "torchscript" and result.max_abs_error == 0.0
+    assert os.fspath(result) == str(tmp_path / "m.pt")
+    loaded = torch.jit.load(os.fspath(result))
+    model.eval()
+    with torch.no_grad():
+        for inp in (x, other_input(kind, x.shape[0])):
+            assert torch.equal(loaded(inp), model(inp))
+
+
+def test_torchscript_of_a_script_module_and_a_tuple_input(tmp_path):
+    class TwoInputs(torch.nn.Module):
+        def forward(self, a, b):
+            return a @ b, a.sum()
+
+    scripted = torch.jit.script(TwoInputs())
+    a, b = torch.randn(2, 3), torch.randn(3, 4)
+    result = export_to_torchscript(scripted, output_path=tmp_path / "s.pt", sample_input=(a, b))
+    loaded = torch.jit.load(result.path)
+    product, total = loaded(a, b)
+    assert torch.equal(product, a @ b) and torch.equal(total, a.sum())
+
+
+def test_torchscript_that_does_not_reproduce_the_model_raises_and_is_removed(tmp_path):
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.rand_like(x)  # a new draw on every call: the file cannot reproduce it
+
+    with pytest.raises(ExportVerificationError, match="output 0: the TorchScript file differs from the model"):
+        export_to_torchscript(Noisy(), output_path=tmp_path / "n.pt", sample_input=torch.zeros(3), method="script")
+    assert not (tmp_path / "n.pt").exists()
+
+
+def onnxruntime_outputs(path: str, *inputs: torch.Tensor):
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs)}
+    return session.run(None, feeds)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_onnx_matches_onnxruntime(tmp_path, kind):
+    model, x = make(kind)
+    result = export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x, opset_version=18,
+                            input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    assert result.format == "onnx" and result.tolerance == (1e-4, 1e-5) and result.max_abs_error <= 1e-4
+    file = onnx.load(result.path)
+    assert [o.version for o in file.opset_import if o.domain in ("", "ai.onnx")] == [18]
+    assert [i.name for i in file.graph.input] == ["x"] and [o.name for o in file.graph.output] == ["y"]
+    # An independent run on another batch size (the batch axis is dynamic), against PyTorch eager.
+    other = other_input(kind, 5)
+    (got,) = onnxruntime_outputs(result.path, other)
+    with torch.no_grad():
+        want = model(other).numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_onnx_of_a_script_module(tmp_path):
+    model, x = make("mlp")
+    scripted = torch.jit.script(model)
+    result = export_to_onnx(scripted, output_path=tmp_path / "s.onnx", sample_input=x)
+    (got,) = onnxruntime_outputs(result.path, x)
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_onnx_outside_the_tolerance_raises(tmp_path):
+    model, x = make("block")
+    # With no tolerance at all, onnxruntime's own attention/GELU/LayerNorm kernels must differ
+    # somewhere from PyTorch's in float32.
+    with pytest.raises(ExportVerificationError, match="output 0: onnxruntime differs from the model by up to"):
+        export_to_onnx(model, output_path=tmp_path / "b.onnx", sample_input=x, rtol=0.0, atol=0.0)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_safetensors_reload_is_bit_exact(tmp_path, kind):
+    model, _ = make(kind)
+    result = export_to_safetensors(model, output_path=tmp_path / "w.safetensors", metadata={"name": kind})
+    assert result.format == "safetensors" and result.max_abs_error == 0.0 and result.tied_weights == {}
+    theirs = load_file(result.path)
+    state = model.state_dict()
+    assert theirs.keys() == state.keys()
+    for name, tensor in state.items():
+        assert theirs[name].dtype == tensor.dtype and torch.equal(theirs[name], tensor), name
+    with safe_open(result.path, framework="pt") as file:
+        assert file.metadata() == {"format": "pt", "name": kind}
+
+
+def test_safetensors_stores_tied_weights_once(tmp_path):
+    class TiedLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.head = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False)
+            self.head.weight = self.embed.weight
+
+    model = TiedLM()
+    result = export_to_safetensors(model, output_path=tmp_path / "t.safetensors")
+    assert result.tied_weights == {"head.weight": "embed.weight"}
+    with safe_open(result.path, framework="pt") as file:
+        assert list(file.keys()) == ["embed.weight"]
+        assert json.loads(file.metadata()["torchbridge.tied_weights"]) == {"head.weight": "embed.weight"}
+    restored = TiedLM()
+    missing, unexpected = restored.load_state_dict(load_file(result.path), strict=False)
+    assert missing == ["head.weight"] and unexpected == []
+    assert restored.head.weight is restored.embed.weight and torch.equal(restored.head.weight, model.embed.weight)
+
+
+def test_bad_arguments(tmp_path):
+    model, x = make("mlp")
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module or a torch.jit.ScriptModule, got OrderedDict"):
+        export_to_torchscript(model.state_dict(), output_path=tmp_path / "m.pt", sample_input=x)
+    with pytest.raises(ValueError, match="sample_input is required to check the exported module"):
+        export_to_torchscript(model, output_path=tmp_path / "m.pt")
+    with pytest.raises(ValueError, match="sample_input is required to trace the model"):
+        export_to_onnx(model, output_path=tmp_path / "m.onnx")
+    with pytest.raises(TypeError, match=r"non-empty tuple of tensors, got list of \['int', 'int'\]"):
+        export_to_torchscript(model, output_path=tmp_path / "m.pt", sample_input=[1, 2])
+    with pytest.raises(TypeError, match="got ndarray"):
+        export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=np.zeros((3, 12), np.float32))
+    with pytest.raises(ValueError, match=r"sample_input \(\(3, 7\) float32\) does not fit the model MLP"):
+        export_to_torchscript(model, output_path=tmp_path / "m.pt", sample_input=torch.randn(3, 7))
+    with pytest.raises(ValueError, match=r"sample_input \(\(3, 7\) float32\) does not fit the model MLP"):
+        export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=torch.randn(3, 7))
+    with pytest.raises(ValueError, match="output_path is required"):
+        export_to_safetensors(model)
+    with pytest.raises(ValueError, match="directory '.*missing' does not exist"):
+        export_to_safetensors(model, output_path=tmp_path / "missing" / "w.safetensors")
+    with pytest.raises(ValueError, match="is a directory"):
+        export_to_torchscript(model, output_path=tmp_path, sample_input=x)
+    with pytest.raises(TypeError, match="output_path must be a str or os.PathLike, got int"):
+        export_to_onnx(model, output_path=5, sample_input=x)
+    with pytest.raises(ValueError, match="method 'compile': expected 'trace' or 'script'"):
+        export_to_torchscript(model, output_path=tmp_path / "m.pt", sample_input=x, method="compile")
+    with pytest.raises(TypeError, match="opset_version must be None .* or an int, got '17'"):
+        export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x, opset_version="17")
+    with pytest.raises(ValueError, match="rtol must be >= 0, got -1"):
+        export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x, rtol=-1)
+    with pytest.raises(TypeError, match="metadata must map str to str.*'epochs': 3"):
+        export_to_safetensors(model, output_path=tmp_path / "w.safetensors", metadata={"epochs": 3})
+    assert not any(tmp_path.iterdir()), "a rejected export must not write anything"
+
+    class Unscriptable(torch.nn.Module):
+        def forward(self, x, **options):  # TorchScript has no **kwargs
+            return x
+
+    with pytest.raises(RuntimeError, match="(?s)torch.jit.script could not compile Unscriptable: .*method='trace'"):
+        export_to_torchscript(Unscriptable(), output_path=tmp_path / "u.pt", sample_input=x, method="script")
+
+
+def test_missing_onnx_packages_are_named(tmp_path, monkeypatch):
+    model, x = make("mlp")
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` raise ImportError
+    monkeypatch.setitem(sys.modules, "onnxscript", None)
+    with pytest.raises(ImportError, match="needs the packages onnxruntime, onnxscript .*pip install onnxruntime onnxscript"):
+        export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x)
+    # A ScriptModule goes through the TorchScript-based exporter, which does not need onnxscript.
+    with pytest.raises(ImportError, match="needs the packages onnxruntime: pip install onnxruntime"):
+        export_to_onnx(torch.jit.script(model), output_path=tmp_path / "m.onnx", sample_input=x)
+
+
+def test_exports_of_a_model_on_an_sdk_device(tmp_path):
+    model, x = make("cnn")
+    model, x = model.to("emu:1"), x.to("emu:1")
+    with torch.no_grad():
+        want = model(x).cpu()
+    weights = export_to_safetensors(model, output_path=tmp_path / "w.safetensors")
+    for name, tensor in load_file(weights.path).items():
+        assert torch.equal(tensor, model.state_dict()[name].cpu()), name
+    onnx_file = export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x)  # exported from a CPU copy
+    np.testing.assert_allclose(onnxruntime_outputs(onnx_file.path, x.cpu())[0], want.numpy(), rtol=1e-4, atol=1e-5)
+    script = export_to_torchscript(model, output_path=tmp_path / "m.pt", sample_input=x)
+    with torch.no_grad():
+        assert torch.equal(torch.jit.load(script.path, map_location="cpu")(x.cpu()), want)
+    assert all(p.device == torch.device("emu:1") for p in model.parameters()), "the model must stay where it was"
