@@ -3,6 +3,8 @@
 #include <torchbridge/checkpoint/safetensors.h>
 #include <torchbridge/registry.h>
 
+#include "core/module_state.h"
+
 #include <ATen/Context.h>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/jit/api/module.h>
@@ -16,22 +18,6 @@ namespace {
 
 using json = nlohmann::json;
 constexpr const char* kFormat = "torchbridge.training_state/1";
-
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
-
-NamedTensors named_state(const torch::nn::Module& model) {
-  NamedTensors out;
-  for (const auto& item : model.named_parameters()) out.emplace_back(item.key(), item.value());
-  for (const auto& item : model.named_buffers()) out.emplace_back(item.key(), item.value());
-  return out;
-}
-
-NamedTensors named_state(const torch::jit::Module& model) {
-  NamedTensors out;
-  for (const auto& item : model.named_parameters()) out.emplace_back(item.name, item.value);
-  for (const auto& item : model.named_buffers()) out.emplace_back(item.name, item.value);
-  return out;
-}
 
 std::vector<at::Tensor> optimizer_params(const torch::optim::Optimizer& optimizer) {
   std::vector<at::Tensor> params;
@@ -329,22 +315,22 @@ static TrainingProgress load_state_into(const std::string& path, const NamedTens
 
 void save_training_state(const std::string& path, const torch::nn::Module& model,
                          const torch::optim::Optimizer& optimizer, const TrainingProgress& progress) {
-  save_state_of(path, named_state(model), optimizer, progress);
+  save_state_of(path, module_state(model), optimizer, progress);
 }
 
 void save_training_state(const std::string& path, const torch::jit::Module& model,
                          const torch::optim::Optimizer& optimizer, const TrainingProgress& progress) {
-  save_state_of(path, named_state(model), optimizer, progress);
+  save_state_of(path, module_state(model), optimizer, progress);
 }
 
 TrainingProgress load_training_state(const std::string& path, torch::nn::Module& model,
                                      torch::optim::Optimizer& optimizer, const RestoreOptions& options) {
-  return load_state_into(path, named_state(model), optimizer, options);
+  return load_state_into(path, module_state(model), optimizer, options);
 }
 
 TrainingProgress load_training_state(const std::string& path, torch::jit::Module& model,
                                      torch::optim::Optimizer& optimizer, const RestoreOptions& options) {
-  return load_state_into(path, named_state(model), optimizer, options);
+  return load_state_into(path, module_state(model), optimizer, options);
 }
 
 }  // namespace torchbridge::checkpoint

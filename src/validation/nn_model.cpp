@@ -19,13 +19,6 @@ torch::nn::AnyModule copy_of(const torch::nn::AnyModule& module, c10::Device dev
   return copy;
 }
 
-NamedTensors named_state(const torch::nn::Module& module) {
-  NamedTensors state;
-  for (const auto& p : module.named_parameters()) state.emplace_back(p.key(), p.value());
-  for (const auto& b : module.named_buffers()) state.emplace_back(b.key(), b.value());
-  return state;
-}
-
 class PlacedNnModule final : public PlacedModel {
  public:
   PlacedNnModule(torch::nn::AnyModule module, c10::Device device, c10::ScalarType dtype)
@@ -48,7 +41,7 @@ class PlacedNnModule final : public PlacedModel {
   // Through the portable checkpoint, as TorchScript models do (torchscript_model.cpp).
   std::unique_ptr<PlacedModel> save_and_reload() const override {
     torch::nn::AnyModule reloaded = copy_of(module_, device_, dtype_);
-    assign(named_state(*reloaded.ptr()), checkpoint_round_trip(named_state(*module_.ptr()), device_));
+    assign(module_state(*reloaded.ptr()), checkpoint_round_trip(module_state(*module_.ptr()), device_));
     return std::make_unique<PlacedNnModule>(std::move(reloaded), device_, dtype_);
   }
 

@@ -3,6 +3,8 @@
 
 #include <torchbridge/validation/validator.h>
 
+#include "core/module_state.h"
+
 #include <map>
 
 namespace torchbridge::validation {
@@ -18,8 +20,6 @@ std::vector<at::Tensor> detached_cpu(const std::vector<at::Tensor>& tensors);
 RunResult run_model(const std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>& forward,
                     const std::vector<std::pair<std::string, at::Tensor>>& parameters,
                     const std::vector<at::Tensor>& placed_inputs, const OutputWeights& weights);
-
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 // `state` written as a TorchBridge portable checkpoint (safetensors, through the checkpoint
 // module's writer) and read back onto `device` by its reader: the round trip a model's weights

@@ -38,13 +38,6 @@ torch::jit::Module leaf_copy(const torch::jit::Module& module) {
   return copy;
 }
 
-NamedTensors named_state(const torch::jit::Module& module) {
-  NamedTensors state;
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) state.emplace_back(p.name, p.value);
-  for (const auto& b : module.named_buffers(/*recurse=*/true)) state.emplace_back(b.name, b.value);
-  return state;
-}
-
 class PlacedTorchScript final : public PlacedModel {
  public:
   PlacedTorchScript(torch::jit::Module module, c10::Device device, c10::ScalarType dtype)
@@ -68,7 +61,7 @@ class PlacedTorchScript final : public PlacedModel {
   // code (which jit::load does, at several milliseconds) would check TorchScript instead.
   std::unique_ptr<PlacedModel> save_and_reload() const override {
     torch::jit::Module reloaded = leaf_copy(module_);
-    assign(named_state(reloaded), checkpoint_round_trip(named_state(module_), device_));
+    assign(module_state(reloaded), checkpoint_round_trip(module_state(module_), device_));
     return std::make_unique<PlacedTorchScript>(std::move(reloaded), device_, dtype_);
   }
 
