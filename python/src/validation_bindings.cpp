@@ -98,6 +98,7 @@ void bind_validation(py::module_& m) {
           const PythonModelSource source(std::move(place), kind);
           return validation::report_json(validator.validate(source, tensors));
         });
+  m.def("parse_shape", &validation::parse_shape);
   m.def("builtin_model_names", [] {
     std::vector<std::string> names;
     for (const auto& model : validation::builtin_models()) names.push_back(model.name);

@@ -49,7 +49,64 @@ def _run(argv: "list[str]") -> int:
     return 0
 
 
-_PYTHON_COMMANDS = {"run": _run}
+def _export(argv: "list[str]") -> int:
+    """``export --format onnx`` needs torch.onnx, so it runs here; the other formats run the
+    same C++ code as the ``torchbridge`` binary."""
+    options = _options(argv, ("--model", "--format", "--output", "--input-shape"))
+    if options is None or options.get("--format") != "onnx":
+        sys.stdout.flush()
+        return _C.run_cli(["export"] + list(argv))
+    try:
+        import torch
+
+        from .deployment import export_to_onnx
+        from .validation import builtin_model
+
+        for required in ("--model", "--output"):
+            if required not in options:
+                raise ValueError(f"export needs {required} (see --help)")
+        spec = options["--model"]
+        if spec.startswith("builtin:"):
+            model = builtin_model(spec[len("builtin:"):])
+            shape = options.get("--input-shape") or ",".join(map(str, _C.builtin_model_input_shape(spec[8:])))
+        else:
+            if not os.path.isfile(spec):
+                raise ValueError(f"--model '{spec}' is neither builtin:NAME (mlp, cnn, transformer) nor an existing file")
+            try:
+                model = torch.jit.load(spec)
+            except RuntimeError as error:
+                raise ValueError(f"--model '{spec}' is not a TorchScript module torch can load: "
+                                 f"{str(error).splitlines()[0]}") from None
+            shape = options.get("--input-shape")
+            if shape is None:
+                raise ValueError("--format onnx verifies the file on a sample input: give --input-shape")
+        sample = tuple(torch.randn(_C.parse_shape(s)) for s in shape.split(";"))
+        result = export_to_onnx(model, output_path=options["--output"], sample_input=sample)
+    except (ValueError, TypeError, ImportError, RuntimeError) as error:
+        print(f"torchbridge: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 1
+    print(f"wrote {result} (onnx, {spec}), verified in onnxruntime: max abs error {result.max_abs_error:.3g}")
+    return 0
+
+
+def _options(argv: "list[str]", names) -> "dict[str, str] | None":
+    """--name VALUE / --name=VALUE pairs; None when anything else (e.g. --help) is present, so
+    the C++ parser reports it exactly as the binary does."""
+    options, i = {}, 0
+    while i < len(argv):
+        name, _, value = argv[i].partition("=")
+        if name not in names:
+            return None
+        if not value:
+            if i + 1 >= len(argv):
+                return None
+            value, i = argv[i + 1], i + 1
+        options[name] = value
+        i += 1
+    return options
+
+
+_PYTHON_COMMANDS = {"run": _run, "export": _export}
 
 
 def main(argv: "list[str] | None" = None) -> int:

@@ -3,7 +3,7 @@
 #include <torchbridge/checkpoint/safetensors.h>
 #include <torchbridge/registry.h>
 
-#include "core/module_state.h"
+#include <torchbridge/module_state.h>
 
 #include <ATen/Context.h>
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-#include "core/module_state.h"
+#include <torchbridge/module_state.h>
 
 #include <torch/csrc/jit/api/module.h>
 #include <torch/nn/module.h>

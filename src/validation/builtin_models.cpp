@@ -24,6 +24,9 @@ class ModelBuilder {
   torch::jit::Module module(const std::string& type, const std::string& forward_source) {
     torch::jit::Module m(c10::QualifiedName("__torch__.torchbridge.builtin." + type), unit_, /*shouldMangle=*/true);
     sources_[m.type().get()] = forward_source;
+    // Scripted Python modules carry this attribute; train()/eval() and Python's
+    // ScriptModule.training read it.
+    m.register_attribute("training", c10::BoolType::get(), true);
     return m;
   }
   // Uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)), the default initialisation of torch.nn layers.

@@ -3,7 +3,7 @@
 
 #include <torchbridge/validation/validator.h>
 
-#include "core/module_state.h"
+#include <torchbridge/module_state.h>
 
 #include <map>
 

@@ -1,0 +1,115 @@
+// `torchbridge export`: a built-in model or TorchScript file written as TorchScript or as a
+// safetensors state dict, verified by reading it back. ONNX needs torch.onnx (Python): the
+// Python package's `torchbridge export` serves it.
+#include "arguments.h"
+#include "commands.h"
+#include "model_argument.h"
+#include "text_format.h"
+
+#include <torchbridge/checkpoint/safetensors.h>
+#include <torchbridge/module_state.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/serialization/import.h>
+
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+namespace torchbridge::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: torchbridge export --model builtin:NAME|FILE --format FORMAT --output PATH
+                          [--input-shape SHAPE]
+
+Writes the model and verifies the file by reading it back:
+  torchscript   a TorchScript module (torch::jit::load / torch.jit.load); its outputs on a random
+                input of --input-shape (default for built-in models: their own) must be identical
+  safetensors   the parameters and buffers as a safetensors state dict; every tensor must read
+                back bit for bit
+  onnx          needs torch.onnx, i.e. Python: use the Python package's `torchbridge export`
+                (pip install . from the repository) or torchbridge.deployment.export_to_onnx
+)";
+
+at::Tensor first_output(torch::jit::Module& module, const std::vector<at::Tensor>& inputs) {
+  torch::jit::GraphOptimizerEnabledGuard unoptimized(false);  // the same graph for both runs
+  at::NoGradGuard no_grad;
+  const c10::IValue out = module.forward(std::vector<c10::IValue>(inputs.begin(), inputs.end()));
+  TORCH_CHECK_VALUE(out.isTensor(), "the model returned a ", out.tagKind(), "; export verification compares a tensor");
+  return out.toTensor();
+}
+
+// TorchScript: written beside the target and renamed over it, so a failed export leaves no file.
+void export_torchscript(torch::jit::Module& module, const std::string& output, const std::vector<at::Tensor>& inputs) {
+  const at::Tensor expected = first_output(module, inputs);
+  const std::string temporary = output + ".partial";
+  module.save(temporary);
+  torch::jit::Module reloaded = torch::jit::load(temporary);
+  if (!at::equal(first_output(reloaded, inputs), expected)) {
+    std::filesystem::remove(temporary);
+    throw std::runtime_error("the reloaded TorchScript module's outputs differ from the model's; nothing written");
+  }
+  std::filesystem::rename(temporary, output);
+}
+
+void export_safetensors(const torch::jit::Module& module, const std::string& output, const std::string& label) {
+  const NamedTensors state = module_state(module);
+  checkpoint::save(output, state, {{"format", "pt"}, {"torchbridge.model", label}});
+  const auto file = checkpoint::SafetensorsFile::open(output);
+  for (const auto& [name, tensor] : state) {
+    const at::Tensor back = file.load(name);
+    const at::Tensor original = tensor.detach().cpu().contiguous();
+    if (back.sizes() != original.sizes() || std::memcmp(back.data_ptr(), original.data_ptr(), original.nbytes()) != 0) {
+      throw std::runtime_error("tensor '" + name + "' did not read back bit for bit from " + output);
+    }
+  }
+}
+
+}  // namespace
+
+int run_export(const std::vector<std::string>& args) {
+  const ParsedArguments parsed =
+      parse_arguments("export", args, {{}, {"--model", "--format", "--output", "--input-shape"}, false});
+  if (parsed.has("--help")) {
+    std::cout << kHelp;
+    return 0;
+  }
+  for (const char* required : {"--model", "--format", "--output"}) {
+    if (!parsed.option(required)) throw UsageError(std::string("export needs ") + required + " (see --help)");
+  }
+  const std::string& format = *parsed.option("--format");
+  const std::string& output = *parsed.option("--output");
+  if (format == "onnx") {
+    throw UsageError("--format onnx needs torch.onnx, which only Python has: run the Python package's "
+                     "`torchbridge export` (pip install . from the repository) or "
+                     "torchbridge.deployment.export_to_onnx");
+  }
+  if (format != "torchscript" && format != "safetensors") {
+    throw UsageError("--format '" + format + "' is not one of torchscript, safetensors, onnx");
+  }
+  const auto parent = std::filesystem::absolute(output).parent_path();
+  if (!std::filesystem::is_directory(parent)) throw UsageError("--output: directory '" + parent.string() + "' does not exist");
+  ModelArgument model = load_model_argument(*parsed.option("--model"));
+  if (format == "safetensors") {
+    export_safetensors(model.module, output, model.label);
+  } else {
+    std::vector<std::vector<int64_t>> shapes;
+    if (const auto* shape = parsed.option("--input-shape")) {
+      shapes = parse_input_shapes(*shape);
+    } else if (model.input_shape) {
+      shapes = {*model.input_shape};
+    } else {
+      throw UsageError("--format torchscript verifies the file on a sample input: give --input-shape");
+    }
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(0);
+    std::vector<at::Tensor> inputs;
+    for (const auto& shape : shapes) inputs.push_back(at::randn(shape, generator, at::TensorOptions()));
+    export_torchscript(model.module, output, inputs);
+  }
+  std::cout << "wrote " << output << " (" << format << ", " << model.label << "), verified by reading it back\n";
+  return 0;
+}
+
+}  // namespace torchbridge::cli

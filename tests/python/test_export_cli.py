@@ -1,0 +1,85 @@
+"""`torchbridge export`: built-in models and TorchScript files to TorchScript, safetensors and
+ONNX, each checked here against an independent reader (torch.jit.load, the safetensors package,
+onnxruntime)."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnxruntime
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import torchbridge
+from torchbridge.validation import builtin_model
+
+CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable), "torchbridge")
+BINARY = os.environ.get("TORCHBRIDGE_CLI_PATH")  # the C++ binary, when CTest passes it
+
+
+def export(*args, program=CONSOLE_SCRIPT):
+    return subprocess.run([program, "export", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_torchscript_export_of_a_builtin_loads_in_python_with_identical_outputs(tmp_path):
+    path = tmp_path / "cnn.pt"
+    run = export("--model", "builtin:cnn", "--format", "torchscript", "--output", str(path))
+    assert run.returncode == 0, run.stderr
+    loaded = torch.jit.load(str(path))
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad(), torch.jit.optimized_execution(False):
+        assert torch.equal(loaded(x), builtin_model("cnn")(x))
+
+
+def test_safetensors_export_reads_back_in_the_safetensors_package(tmp_path):
+    path = tmp_path / "transformer.safetensors"
+    run = export("--model", "builtin:transformer", "--format", "safetensors", "--output", str(path))
+    assert run.returncode == 0, run.stderr
+    tensors = load_file(str(path))
+    expected = dict(builtin_model("transformer").named_parameters())
+    assert set(tensors) == set(expected)
+    assert all(torch.equal(tensors[name], value.detach()) for name, value in expected.items())
+
+
+def test_onnx_export_runs_in_onnxruntime_like_torch(tmp_path):
+    path = tmp_path / "mlp.onnx"
+    run = export("--model", "builtin:mlp", "--format", "onnx", "--output", str(path))
+    assert run.returncode == 0, run.stderr
+    assert "verified in onnxruntime" in run.stdout
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = torch.randn(16, 32)
+    (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        expected = builtin_model("mlp")(x).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_torchscript_file_exports_to_onnx_with_its_input_shape(tmp_path):
+    scripted = tmp_path / "net.pt"
+    torch.jit.script(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())).save(str(scripted))
+    missing = export("--model", str(scripted), "--format", "onnx", "--output", str(tmp_path / "n.onnx"))
+    assert missing.returncode == 1 and "--input-shape" in missing.stderr
+    run = export("--model", str(scripted), "--format", "onnx", "--output", str(tmp_path / "n.onnx"),
+                 "--input-shape", "2,4")
+    assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "builtin:mlp", "--format", "tflite", "--output", "x"], "--format 'tflite' is not one of"),
+    (["--model", "builtin:vit", "--format", "safetensors", "--output", "x"], "unknown built-in model 'vit'"),
+    (["--model", "builtin:mlp", "--format", "onnx", "--output", "/nonexistent/dir/m.onnx"], "does not exist"),
+    (["--model", "builtin:mlp", "--format", "safetensors"], "export needs --output"),
+])
+def test_bad_input_exits_1_with_a_clear_error(args, message):
+    run = export(*args)
+    assert run.returncode == 1
+    assert message in run.stderr
+
+
+@pytest.mark.skipif(BINARY is None, reason="the C++ binary's path comes from CTest (TORCHBRIDGE_CLI_PATH)")
+def test_the_cpp_binary_says_onnx_needs_python(tmp_path):
+    run = export("--model", "builtin:mlp", "--format", "onnx", "--output", str(tmp_path / "m.onnx"), program=BINARY)
+    assert run.returncode == 1
+    assert "needs torch.onnx, which only Python has" in run.stderr
