@@ -164,6 +164,7 @@ void register_runtime(const tb_runtime* table) {
   at::RegisterPrivateUse1HooksInterface(make_hooks());
   register_native_ops();
   register_convolution();
+  register_batch_norm();
   register_cpu_fallback();
   register_autocast();
   declare_to_backend_layer(first.vendor, first.is_real_hardware != 0);

@@ -5,6 +5,7 @@
 namespace torchbridge::sdk {
 void register_native_ops();
 void register_convolution();
+void register_batch_norm();
 void register_cpu_fallback();
 void register_autocast();
 }  // namespace torchbridge::sdk

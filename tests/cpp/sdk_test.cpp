@@ -22,6 +22,20 @@ c10::Device emu(int index = 0) {
   return c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index));
 }
 
+// native_batch_norm's schema does not mark the running statistics as written; a fallback that
+// trusts the schema drops their update (found through the Python training-state tests).
+TEST(Sdk, BatchNormTrainingUpdatesRunningStatisticsLikeTheCpu) {
+  const at::Tensor x = at::randn({8, 3, 4, 4});
+  at::Tensor cpu_mean = at::zeros({3}), cpu_var = at::ones({3});
+  at::Tensor emu_mean = cpu_mean.to(emu()), emu_var = cpu_var.to(emu());
+  const at::Tensor cpu_out = at::batch_norm(x, {}, {}, cpu_mean, cpu_var, true, 0.1, 1e-5, false);
+  const at::Tensor emu_out = at::batch_norm(x.to(emu()), {}, {}, emu_mean, emu_var, true, 0.1, 1e-5, false);
+  EXPECT_FALSE(at::equal(cpu_mean, at::zeros({3})));  // the reference really moved
+  EXPECT_TRUE(at::equal(emu_mean.cpu(), cpu_mean));
+  EXPECT_TRUE(at::equal(emu_var.cpu(), cpu_var));
+  EXPECT_TRUE(at::equal(emu_out.cpu(), cpu_out));
+}
+
 TEST(Sdk, LoadingByBackendNameRegistersTheDevice) {
   EXPECT_FALSE(registered_device().has_value());
   const auto backend = create_backend("emu");  // no other step
