@@ -147,7 +147,7 @@ const std::vector<BuiltinModel>& builtin_models() {
       {"mlp", "three linear layers with ReLU, 32 -> 64 -> 64 -> 10", {16, 32}},
       {"cnn", "two 3x3 convolutions with ReLU and max pooling, global average pooling, linear head", {4, 3, 16, 16}},
       {"transformer", "pre-norm transformer block (4-head self-attention, GELU MLP), width 64, 32 features in and out",
-       {4, 16, 32}},
+       {8, 64, 32}},
   };
   return models;
 }

@@ -14,22 +14,26 @@ Comparison compare(const at::Tensor& result, const at::Tensor& reference) {
   const at::Tensor r = result.detach().to(at::kDouble).flatten();
   const at::Tensor ref = reference.detach().to(at::kDouble).flatten();
   const at::Tensor diff = r - ref;
+  // All six reductions in one tensor, read with one host sync: the validator compares dozens of
+  // small tensors per backend, where per-scalar reads would cost more than the arithmetic.
   // max() and norm() propagate NaN, so a NaN anywhere taints every metric and fails within().
-  out.metrics.max_abs_error = diff.abs().max().item<double>();
-  const double scale = ref.abs().max().item<double>();
+  const at::Tensor reductions =
+      at::stack({diff.abs().max(), ref.abs().max(), diff.norm(), ref.norm(), r.norm(), (r * ref).sum()});
+  const double* v = reductions.const_data_ptr<double>();
+  const double scale = v[1], result_norm = v[4], dot = v[5];
+  out.metrics.max_abs_error = v[0];
+  out.error_norm = v[2];
+  out.reference_norm = v[3];
   out.metrics.max_rel_error = scale > 0 ? out.metrics.max_abs_error / scale
                               : out.metrics.max_abs_error == 0 ? 0.0
                                                                : INFINITY;
-  out.error_norm = diff.norm().item<double>();
-  out.reference_norm = ref.norm().item<double>();
   out.metrics.rel_l2_error = out.reference_norm > 0 ? out.error_norm / out.reference_norm
                              : out.error_norm == 0 ? 0.0
                                                    : INFINITY;
-  const double result_norm = r.norm().item<double>();
   // Two zero tensors point the same way; a zero against a non-zero one does not.
   out.metrics.cosine_similarity = result_norm * out.reference_norm == 0
                                       ? (result_norm == out.reference_norm ? 1.0 : 0.0)
-                                      : (r * ref).sum().item<double>() / (result_norm * out.reference_norm);
+                                      : dot / (result_norm * out.reference_norm);
   return out;
 }
 

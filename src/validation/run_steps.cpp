@@ -36,8 +36,10 @@ at::Tensor weighted_loss(const std::vector<at::Tensor>& outputs, const std::vect
 }
 
 std::vector<at::Tensor> detached_cpu(const std::vector<at::Tensor>& tensors) {
+  // No clone: the results are fresh tensors nothing else writes to (gradients are dropped from
+  // the parameters below, not zeroed in place).
   std::vector<at::Tensor> out;
-  for (const auto& t : tensors) out.push_back(t.detach().cpu().clone());
+  for (const auto& t : tensors) out.push_back(t.detach().cpu());
   return out;
 }
 
@@ -60,7 +62,7 @@ RunResult run_model(const std::function<std::vector<at::Tensor>(const std::vecto
   if (loss.defined()) loss.backward();
   result.outputs = detached_cpu(outputs);
   for (const auto& [name, p] : parameters) {
-    if (p.requires_grad() && p.grad().defined()) result.gradients.emplace_back(name, p.grad().detach().cpu().clone());
+    if (p.requires_grad() && p.grad().defined()) result.gradients.emplace_back(name, p.grad().detach().cpu());
   }
   for (const auto& [name, p] : parameters) {
     if (p.grad().defined()) p.mutable_grad() = at::Tensor();  // gradients are device memory too

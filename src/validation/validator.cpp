@@ -70,12 +70,17 @@ struct Reference {
 
 // Standard normal weights from a seed, rounded to the compute precision (like the inputs, so a
 // backend holds them exactly), as float64.
+// Drawn once per set of shapes and reused by every run.
 OutputWeights seeded_weights(uint64_t seed, c10::ScalarType compute) {
-  return [seed, compute](const std::vector<std::vector<int64_t>>& shapes) {
-    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-    std::vector<at::Tensor> weights;
-    for (const auto& shape : shapes) {
-      weights.push_back(at::randn(shape, generator, at::TensorOptions().dtype(at::kDouble)).to(compute).to(at::kDouble));
+  auto cache = std::make_shared<std::map<std::vector<std::vector<int64_t>>, std::vector<at::Tensor>>>();
+  return [seed, compute, cache](const std::vector<std::vector<int64_t>>& shapes) {
+    auto& weights = (*cache)[shapes];
+    if (weights.empty()) {
+      at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+      for (const auto& shape : shapes) {
+        const at::Tensor w = at::randn(shape, generator, at::TensorOptions().dtype(at::kDouble));
+        weights.push_back(w.to(compute).to(at::kDouble));
+      }
     }
     return weights;
   };
@@ -195,12 +200,17 @@ class BackendValidation {
   }
 
   void check_finite(const RunResult& result) {
+    // One sync for all tensors; the names are looked up only when something is not finite.
+    std::vector<at::Tensor> all_finite;
+    for (const auto& output : result.outputs) all_finite.push_back(output.isfinite().all());
+    for (const auto& [name, grad] : result.gradients) all_finite.push_back(grad.isfinite().all());
     std::string bad;
-    for (size_t i = 0; i < result.outputs.size() && bad.empty(); ++i) {
-      if (!result.outputs[i].isfinite().all().item<bool>()) bad = "output " + std::to_string(i);
-    }
-    for (const auto& [name, grad] : result.gradients) {
-      if (bad.empty() && !grad.isfinite().all().item<bool>()) bad = "gradient of " + name;
+    if (!all_finite.empty() && !at::stack(all_finite).all().item<bool>()) {
+      for (size_t i = 0; i < all_finite.size() && bad.empty(); ++i) {
+        if (all_finite[i].item<bool>()) continue;
+        bad = i < result.outputs.size() ? "output " + std::to_string(i)
+                                        : "gradient of " + result.gradients[i - result.outputs.size()].first;
+      }
     }
     record("finite", "outputs and gradients", bad.empty(), std::nullopt,
            bad.empty() ? "no NaN or Inf" : bad + " holds NaN or Inf");
@@ -220,9 +230,10 @@ class BackendValidation {
         if (d.first.empty()) d.first = what + " (shape)";
         return;
       }
-      d.largest = std::max(d.largest, compare(y, x).metrics.max_abs_error);
-      const bool same = bitwise ? identical(x, y) : within(compare(y, x), tolerance_.output);
-      if (!same && d.first.empty()) d.first = what;
+      if (bitwise && identical(x, y)) return;  // the common case costs one memcmp
+      const Comparison c = compare(y, x);
+      d.largest = std::max(d.largest, c.metrics.max_abs_error);
+      if ((bitwise || !within(c, tolerance_.output)) && d.first.empty()) d.first = what;
     };
     if (a.outputs.size() != b.outputs.size() || a.gradients.size() != b.gradients.size()) {
       d.first = "the number of outputs or gradients";
