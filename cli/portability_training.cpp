@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/optim/adam.h>
 
 #include <algorithm>
@@ -29,6 +30,9 @@ TrainingRun train_transformer(c10::Device device, int steps, uint64_t seed) {
   run.optimizer = make_optimizer(run.model);
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::vector<double> losses;
+  // As the validator runs TorchScript: the profiling optimiser's specialised graphs bring nothing
+  // to a model this small and cost tens of milliseconds per step on a busy 2-core machine.
+  torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
   const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
     // Inputs come from a CPU generator so every backend would see the same data.
