@@ -136,6 +136,7 @@ class TorchSaveReader {
       const std::string& global = argument(args, 6, Kind::global, function, "dtype").text;
       const auto parsed = dtype_of_global(global);
       if (!parsed) fail(function, ": unknown dtype ", global);
+      if (c10::isQIntType(*parsed)) fail(function, ": quantized dtype ", global, " is not read");
       dtype = *parsed;
     }
     at::Tensor tensor = at::empty({0}, at::TensorOptions().dtype(dtype));
@@ -169,6 +170,7 @@ class TorchSaveReader {
     const std::string& key = id.items[2]->text;
     const auto dtype = dtype_of_storage_class(id.items[1]->text);
     if (!dtype) fail("storage ", key, " has unknown class ", id.items[1]->text);
+    if (c10::isQIntType(*dtype)) fail("storage ", key, " is quantized (", id.items[1]->text, "), which is not read");
     auto result = std::make_shared<PickleValue>();
     result->kind = Kind::tensor;
     auto cached = storages_.find(key);
