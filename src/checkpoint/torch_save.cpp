@@ -176,11 +176,16 @@ class TorchSaveReader {
     auto cached = storages_.find(key);
     if (cached == storages_.end()) {
       const int64_t numel = id.items[4]->integer;
-      const uint64_t bytes = static_cast<uint64_t>(numel) * c10::elementSize(*dtype);
       const std::string record = "data/" + key;
       if (numel < 0 || !zip_->hasRecord(record)) fail("storage ", key, " (", numel, " elements) has no record ", record);
-      const size_t stored = zip_->getRecordSize(record);
-      if (stored != bytes) fail("record ", record, " holds ", stored, " bytes, but its storage needs ", bytes);
+      const uint64_t stored = zip_->getRecordSize(record);
+      // Compared before multiplying, so a huge element count cannot wrap around to the record size.
+      const bool fits = static_cast<uint64_t>(numel) <= stored;
+      const uint64_t bytes = static_cast<uint64_t>(numel) * c10::elementSize(*dtype);
+      if (!fits || stored != bytes) {
+        fail("record ", record, " holds ", stored, " bytes, but its storage of ", numel, " ", c10::toString(*dtype),
+             " elements needs ", fits ? std::to_string(bytes) : std::string("more"));
+      }
       at::Storage storage(c10::Storage::use_byte_size_t(), bytes, c10::GetCPUAllocator(), /*resizable=*/false);
       if (bytes > 0) zip_->getRecord(record, storage.mutable_data(), bytes);
       cached = storages_.emplace(key, storage).first;

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 
 import pytest
 import torch
@@ -179,12 +180,25 @@ def test_legacy_and_foreign_files_are_refused(tmp_path):
     assert result.returncode == 1 and "text.pt: not a torch.save zip archive" in result.stderr
 
 
+def rewrite_pickle(source, target, edit):
+    """Copies a torch.save archive, passing its data.pkl through `edit`."""
+    with zipfile.ZipFile(source) as archive, zipfile.ZipFile(target, "w") as out:
+        for item in archive.infolist():
+            data = archive.read(item)
+            out.writestr(item, edit(data) if item.filename.endswith("data.pkl") else data)
+
+
 def test_truncated_pickles_are_refused(tmp_path):
-    import zipfile
     torch.save({"w": torch.ones(2)}, tmp_path / "good.pt")
-    with zipfile.ZipFile(tmp_path / "good.pt") as source, zipfile.ZipFile(tmp_path / "cut.pt", "w") as target:
-        for item in source.infolist():
-            data = source.read(item)
-            target.writestr(item, data[:len(data) // 2] if item.filename.endswith("data.pkl") else data)
+    rewrite_pickle(tmp_path / "good.pt", tmp_path / "cut.pt", lambda data: data[:len(data) // 2])
     result = convert(tmp_path / "cut.pt", tmp_path / "out.safetensors")
     assert result.returncode == 1 and "cut.pt: pickle byte" in result.stderr, result.stderr
+
+
+def test_storage_sizes_are_checked_against_their_records(tmp_path):
+    torch.save({"w": torch.ones(4)}, tmp_path / "good.pt")
+    # The persistent id ('storage', FloatStorage, '0', 'cpu', 4) ends with BININT1 4, TUPLE.
+    rewrite_pickle(tmp_path / "good.pt", tmp_path / "long.pt", lambda data: data.replace(b"K\x04t", b"K\x05t", 1))
+    result = convert(tmp_path / "long.pt", tmp_path / "out.safetensors")
+    assert result.returncode == 1
+    assert "long.pt: record data/0 holds 16 bytes, but its storage of 5 Float elements needs 20" in result.stderr
