@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <map>
 
 namespace torchbridge::cli {
 namespace {
@@ -114,6 +115,17 @@ int convert(const std::vector<std::string>& args) {
   if (from_torch_save) {
     tensors = checkpoint::read_torch_save(in);
     metadata["format"] = "pt";
+    // torch.save keeps entries that share a storage (tied weights, views) shared; safetensors
+    // stores every tensor on its own, so each later sharer is written as a copy, and said so.
+    std::map<const c10::StorageImpl*, std::string> owners;
+    for (auto& [name, tensor] : tensors) {
+      if (tensor.storage().nbytes() == 0) continue;
+      const auto [owner, fresh] = owners.emplace(tensor.storage().unsafeGetStorageImpl(), name);
+      if (fresh) continue;
+      std::cerr << "torchbridge: note: '" << name << "' shares storage with '" << owner->second << "' in " << in
+                << "; written as a separate copy\n";
+      tensor = tensor.clone();
+    }
   } else {
     const auto input = checkpoint::Checkpoint::open(in);
     metadata = input.metadata();

@@ -4,6 +4,8 @@
 // either the old file or the complete new one. Destroyed uncommitted, it removes the temporary.
 // Internal to the checkpoint module.
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace torchbridge::checkpoint {
@@ -15,13 +17,20 @@ class AtomicFile {
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
+  // Appends `bytes`; writeback to the disk starts every kWritebackChunk bytes.
   void write(const void* data, size_t bytes);
   void commit();
 
+  static constexpr size_t kWritebackChunk = size_t{64} << 20;
+
  private:
+  void start_writeback(uint64_t written);
+
   std::string target_, directory_, path_;
   int fd_ = -1;
   bool committed_ = false;
+  uint64_t flushed_ = 0;    // bytes handed to writeback
+  uint64_t unflushed_ = 0;  // bytes written since
 };
 
 }  // namespace torchbridge::checkpoint

@@ -1,9 +1,16 @@
-"""State dicts saved by Python's torch.save enter the C++ checkpoint pipeline (convert to safetensors)."""
+"""State dicts saved by Python's torch.save enter the C++ checkpoint pipeline (convert to safetensors).
 
+Python torch writes every file here and Python (torch.load, safetensors) is the reference the
+C++ reader's output is compared with, bit for bit."""
+
+import collections
+import json
 import os
 import subprocess
 import sys
+import zipfile
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -15,26 +22,183 @@ def convert(source, target, *extra):
                           capture_output=True, text=True, timeout=120)
 
 
+def bits(tensor):
+    """The tensor's values as raw bytes, so NaNs and signed zeros compare exactly."""
+    return tensor.contiguous().reshape(-1).view(torch.uint8)
+
+
+def assert_bit_exact(loaded, reference):
+    assert set(loaded) == set(reference)
+    for name, tensor in reference.items():
+        assert loaded[name].dtype == tensor.dtype, name
+        assert loaded[name].shape == tensor.shape, name
+        assert torch.equal(bits(loaded[name]), bits(tensor)), name
+
+
+class Model(torch.nn.Module):
+    """Parameters and buffers in several dtypes, and a buffer that is a non-contiguous view of a
+    parameter's storage (torch.save keeps the two sharing one storage)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(11, 6).to(torch.bfloat16)
+        self.proj = torch.nn.Linear(6, 4)
+        self.norm = torch.nn.BatchNorm1d(4)  # running stats and an int64 num_batches_tracked
+        self.head = torch.nn.Linear(4, 3).half()
+        self.register_buffer("proj_t", self.proj.weight.detach().t()[1:])
+        self.register_buffer("mask", torch.tensor([True, False, True]))
+        self.register_buffer("codes", torch.arange(-4, 4, dtype=torch.int8))
+        self.register_buffer("scale", torch.tensor(float("nan")))  # 0-dim
+
+
+def model_state():
+    torch.manual_seed(0)
+    model = Model()
+    model.norm.train()(torch.randn(5, 4))  # real running statistics, num_batches_tracked = 1
+    state = model.state_dict()
+    assert type(state) is collections.OrderedDict and hasattr(state, "_metadata")
+    assert state["proj_t"].untyped_storage().data_ptr() == state["proj.weight"].untyped_storage().data_ptr()
+    assert not state["proj_t"].is_contiguous()
+    return state
+
+
+def test_module_state_dicts_convert_bit_exactly(tmp_path):
+    state = model_state()
+    torch.save(state, tmp_path / "model.pt")
+    result = convert(tmp_path / "model.pt", tmp_path / "model.safetensors")
+    assert result.returncode == 0, result.stderr
+    # The second sharer (the root's buffers come before its children's entries) is written as its
+    # own copy, and the command says so.
+    assert "'proj.weight' shares storage with 'proj_t'" in result.stderr
+    assert_bit_exact(load_file(str(tmp_path / "model.safetensors")), torch.load(tmp_path / "model.pt"))
+
+
+def test_entries_keep_the_order_of_the_file(tmp_path):
+    state = model_state()
+    torch.save(state, tmp_path / "model.pt")
+    # One tensor per shard, so the shard numbers show the order the reader produced.
+    result = convert(tmp_path / "model.pt", tmp_path / "sharded", "--shard-size", "1")
+    assert result.returncode == 0, result.stderr
+    weight_map = json.loads((tmp_path / "sharded" / "model.safetensors.index.json").read_text())["weight_map"]
+    assert sorted(weight_map, key=weight_map.get) == list(state)
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_every_pickle_protocol_torch_save_accepts(tmp_path, protocol):
+    state = model_state()
+    torch.save(state, tmp_path / "model.pt", pickle_protocol=protocol)
+    result = convert(tmp_path / "model.pt", tmp_path / "model.safetensors")
+    assert result.returncode == 0, result.stderr
+    assert_bit_exact(load_file(str(tmp_path / "model.safetensors")), state)
+
+
+def test_dtypes_saved_with_untyped_storages(tmp_path):
+    # float8, uint16/32/64 go through torch._utils._rebuild_tensor_v3 with an untyped storage.
+    base = torch.linspace(-3, 3, 12)
+    state = {"f8_e4m3": base.to(torch.float8_e4m3fn), "f8_e5m2": base.to(torch.float8_e5m2),
+             "u16": torch.arange(12).to(torch.uint16), "u32": (torch.arange(12) * 70000).to(torch.uint32),
+             "u64": (torch.arange(12) << 40).to(torch.uint64), "f64": base.double(), "c64": base.to(torch.complex64),
+             "empty": torch.empty(0, 3), "param": torch.nn.Parameter(base.reshape(3, 4))}
+    torch.save(state, tmp_path / "model.pt")
+    result = convert(tmp_path / "model.pt", tmp_path / "model.safetensors")
+    assert result.returncode == 0, result.stderr
+    assert_bit_exact(load_file(str(tmp_path / "model.safetensors")),
+                     {k: v.detach() for k, v in torch.load(tmp_path / "model.pt").items()})
+
+
+def test_views_with_offsets_and_strides(tmp_path):
+    storage = torch.arange(60, dtype=torch.float32)
+    state = collections.OrderedDict(
+        [("strided", storage[3:].reshape(3, 19)[:, ::4]), ("tail", storage[50:55]), ("expanded", storage[:4].expand(2, 4))])
+    torch.save(state, tmp_path / "views.pt")
+    result = convert(tmp_path / "views.pt", tmp_path / "views.safetensors")
+    assert result.returncode == 0, result.stderr
+    assert_bit_exact(load_file(str(tmp_path / "views.safetensors")), state)
+
+
+def test_conjugated_tensors_are_resolved(tmp_path):
+    value = torch.tensor([1 + 2j, -3 - 4j], dtype=torch.complex64)
+    state = {"conj": value.conj(), "plain": value}
+    torch.save(state, tmp_path / "conj.pt")
+    result = convert(tmp_path / "conj.pt", tmp_path / "conj.safetensors")
+    assert result.returncode == 0, result.stderr
+    loaded = load_file(str(tmp_path / "conj.safetensors"))
+    assert torch.equal(loaded["conj"], value.conj().resolve_conj()) and torch.equal(loaded["plain"], value)
+
+
+def test_nested_state_dicts_get_dotted_names(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    state = {"model": model.state_dict(), "ema": {"decay": {"weight": torch.ones(2)}}}
+    torch.save(state, tmp_path / "nested.pt")
+    result = convert(tmp_path / "nested.pt", tmp_path / "nested.safetensors")
+    assert result.returncode == 0, result.stderr
+    assert_bit_exact(load_file(str(tmp_path / "nested.safetensors")),
+                     {"model.weight": model.weight.detach(), "model.bias": model.bias.detach(),
+                      "ema.decay.weight": torch.ones(2)})
+
+
 def test_plain_dict_state_dicts_convert_bit_exactly(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
     state = dict(model.state_dict())
     torch.save(state, tmp_path / "model.pt")
     result = convert(tmp_path / "model.pt", tmp_path / "model.safetensors")
     assert result.returncode == 0, result.stderr
-    loaded = load_file(str(tmp_path / "model.safetensors"))
-    assert set(loaded) == set(state)
-    assert all(torch.equal(loaded[k], v) for k, v in state.items())
+    assert_bit_exact(load_file(str(tmp_path / "model.safetensors")), state)
 
 
-def test_ordered_dict_state_dicts_get_a_clear_explanation(tmp_path):
-    torch.save(torch.nn.Linear(2, 2).state_dict(), tmp_path / "ordered.pt")
-    result = convert(tmp_path / "ordered.pt", tmp_path / "out.safetensors")
+def refused(tmp_path, value, **save_options):
+    torch.save(value, tmp_path / "in.pt", **save_options)
+    result = convert(tmp_path / "in.pt", tmp_path / "out.safetensors")
     assert result.returncode == 1
-    assert "collections.OrderedDict" in result.stderr and "dict(model.state_dict())" in result.stderr
     assert not (tmp_path / "out.safetensors").exists()
+    return result.stderr
 
 
 def test_non_state_dicts_are_refused(tmp_path):
-    torch.save([torch.ones(2)], tmp_path / "list.pt")
-    result = convert(tmp_path / "list.pt", tmp_path / "out.safetensors")
-    assert result.returncode == 1 and "not a state dict" in result.stderr
+    assert "in.pt: holds a list, not a state dict" in refused(tmp_path, [torch.ones(2)])
+
+
+def test_non_tensor_entries_are_named(tmp_path):
+    message = refused(tmp_path, {"model": {"weight": torch.ones(2)}, "epoch": 3})
+    assert "entry 'epoch' is an int, not a tensor" in message
+
+
+def test_non_string_keys_are_refused(tmp_path):
+    assert "has a key of type int" in refused(tmp_path, {0: torch.ones(2)})
+
+
+def test_python_objects_are_refused_not_run(tmp_path):
+    message = refused(tmp_path, {"size": torch.Size([2, 3])})
+    assert "the pickle calls torch.Size, which a state dict does not hold" in message
+
+
+def test_legacy_and_foreign_files_are_refused(tmp_path):
+    message = refused(tmp_path, {"w": torch.ones(2)}, _use_new_zipfile_serialization=False)
+    assert "in.pt: a torch.save file in the legacy format" in message and "re-save" in message
+    (tmp_path / "text.pt").write_text("not a checkpoint")
+    result = convert(tmp_path / "text.pt", tmp_path / "out.safetensors")
+    assert result.returncode == 1 and "text.pt: not a torch.save zip archive" in result.stderr
+
+
+def rewrite_pickle(source, target, edit):
+    """Copies a torch.save archive, passing its data.pkl through `edit`."""
+    with zipfile.ZipFile(source) as archive, zipfile.ZipFile(target, "w") as out:
+        for item in archive.infolist():
+            data = archive.read(item)
+            out.writestr(item, edit(data) if item.filename.endswith("data.pkl") else data)
+
+
+def test_truncated_pickles_are_refused(tmp_path):
+    torch.save({"w": torch.ones(2)}, tmp_path / "good.pt")
+    rewrite_pickle(tmp_path / "good.pt", tmp_path / "cut.pt", lambda data: data[:len(data) // 2])
+    result = convert(tmp_path / "cut.pt", tmp_path / "out.safetensors")
+    assert result.returncode == 1 and "cut.pt: pickle byte" in result.stderr, result.stderr
+
+
+def test_storage_sizes_are_checked_against_their_records(tmp_path):
+    torch.save({"w": torch.ones(4)}, tmp_path / "good.pt")
+    # The persistent id ('storage', FloatStorage, '0', 'cpu', 4) ends with BININT1 4, TUPLE.
+    rewrite_pickle(tmp_path / "good.pt", tmp_path / "long.pt", lambda data: data.replace(b"K\x04t", b"K\x05t", 1))
+    result = convert(tmp_path / "long.pt", tmp_path / "out.safetensors")
+    assert result.returncode == 1
+    assert "long.pt: record data/0 holds 16 bytes, but its storage of 5 Float elements needs 20" in result.stderr

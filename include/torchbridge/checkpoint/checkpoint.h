@@ -40,10 +40,14 @@ std::vector<std::string> save_sharded(const std::string& directory,
                                       uint64_t max_shard_bytes, const std::map<std::string, std::string>& metadata = {},
                                       const std::string& prefix = "model");
 
-// The tensors of a state dict saved by Python's torch.save (zip format), in the file's order.
-// Anything that is not a dict of names to tensors raises naming the file and the entry.
-// Limitation: LibTorch's unpickler reads collections.OrderedDict (the type state_dict() returns)
-// as None, so such files raise advising torch.save(dict(model.state_dict())).
+// The tensors of a state dict saved by Python's torch.save (zip format, pickle protocols 2-5), in
+// the file's order, on the CPU. The top level is a dict or collections.OrderedDict (what
+// state_dict() returns; its _metadata attribute, module versions, is dropped); nested dicts add
+// their entries with dotted names ({"model": {"w": t}} gives "model.w"). Values are tensors or
+// nn.Parameters of any dtype torch saves, with their offsets and strides; conjugate/negative bits
+// are resolved. Entries that share a storage in the file share it here, as with torch.load.
+// Anything else (a list, an int entry, a non-str key, any other Python object) raises naming the
+// file and the entry; no Python code is ever run. The legacy pre-zip format is refused.
 std::vector<std::pair<std::string, at::Tensor>> read_torch_save(const std::string& path);
 
 // Parses sizes such as "5GB", "500MB", "10MiB" or "1048576" (GB/MB/KB are powers of 1000 as
