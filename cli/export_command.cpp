@@ -95,14 +95,8 @@ int run_export(const std::vector<std::string>& args) {
   if (format == "safetensors") {
     export_safetensors(model.module, output, model.label);
   } else {
-    std::vector<std::vector<int64_t>> shapes;
-    if (const auto* shape = parsed.option("--input-shape")) {
-      shapes = parse_input_shapes(*shape);
-    } else if (model.input_shape) {
-      shapes = {*model.input_shape};
-    } else {
-      throw UsageError("--format torchscript verifies the file on a sample input: give --input-shape");
-    }
+    // The written file is verified on a sample input.
+    const auto shapes = input_shapes_for(model, parsed.option("--input-shape"), "--format torchscript");
     at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(0);
     std::vector<at::Tensor> inputs;
     for (const auto& shape : shapes) inputs.push_back(at::randn(shape, generator, at::TensorOptions()));

@@ -47,4 +47,12 @@ std::vector<std::vector<int64_t>> parse_input_shapes(const std::string& text) {
   return shapes;
 }
 
+std::vector<std::vector<int64_t>> input_shapes_for(const ModelArgument& model, const std::string* option,
+                                                   const std::string& needed_for) {
+  if (option) return parse_input_shapes(*option);
+  if (model.input_shape) return {*model.input_shape};
+  throw UsageError("--model '" + model.label + "' is a file: " + needed_for + " needs its input shape; give " +
+                   "--input-shape (e.g. 4,16,32)");
+}
+
 }  // namespace torchbridge::cli

@@ -20,5 +20,9 @@ struct ModelArgument {
 ModelArgument load_model_argument(const std::string& spec);
 // "4,16,32" or several inputs "4,16,32;4,16"; raises UsageError naming the bad text.
 std::vector<std::vector<int64_t>> parse_input_shapes(const std::string& text);
+// The --input-shape value when given, else the built-in model's own; a file without one raises
+// UsageError saying what the shape is `needed_for`.
+std::vector<std::vector<int64_t>> input_shapes_for(const ModelArgument& model, const std::string* option,
+                                                   const std::string& needed_for);
 
 }  // namespace torchbridge::cli

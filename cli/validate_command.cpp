@@ -135,14 +135,7 @@ int run_validate(const std::vector<std::string>& args) {
     }
   }
   const ModelArgument model = load_model_argument(*model_spec);
-  std::vector<std::vector<int64_t>> shapes;
-  if (const auto* shape = parsed.option("--input-shape")) {
-    shapes = parse_input_shapes(*shape);
-  } else if (model.input_shape) {
-    shapes = {*model.input_shape};
-  } else {
-    throw UsageError("--model '" + *model_spec + "' is a file: give its input shape with --input-shape (e.g. 4,16,32)");
-  }
+  const auto shapes = input_shapes_for(model, parsed.option("--input-shape"), "validation");
   const bool json = parsed.has("--json");
   const bool show_progress = !json && isatty(STDERR_FILENO) != 0;
   if (show_progress) {

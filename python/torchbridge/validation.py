@@ -19,6 +19,7 @@ import torch
 from torch.utils.dlpack import from_dlpack, to_dlpack
 
 from . import _C
+from .deployment._common import flatten
 
 __all__ = ["UnifiedValidator", "ValidationResult", "builtin_model", "builtin_model_names"]
 
@@ -140,17 +141,6 @@ def _inputs(input_shape, inputs, seed: int) -> "list[torch.Tensor]":
     return [torch.randn(tuple(shape), generator=generator) for shape in shapes]
 
 
-def _flatten(value) -> "list[torch.Tensor]":
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _flatten(item)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _flatten(item)]
-    raise TypeError(f"the model returned a {type(value).__name__}; the validator compares tensors and "
-                    "tuples, lists or dicts of tensors")
-
-
 class _PlacedModel:
     """One copy of the model on one device, driven by the C++ validator."""
 
@@ -177,10 +167,10 @@ class _PlacedModel:
     def _run(self, xs, weights_for, parameters):
         if weights_for is None:
             with torch.no_grad():
-                outputs = _flatten(self.module(*xs))
+                outputs = flatten(self.module(*xs))
             grads = []
         else:
-            outputs = _flatten(self.module(*xs))
+            outputs = flatten(self.module(*xs))
             ws = [from_dlpack(c) for c in weights_for([list(o.shape) for o in outputs])]
             terms = [(o * w.to(o.device, o.dtype)).sum() for o, w in zip(outputs, ws)
                      if o.is_floating_point() and o.requires_grad]
