@@ -25,8 +25,6 @@ class PlacedNnModule final : public PlacedModel {
       : module_(std::move(module)), device_(device), dtype_(dtype) {}
 
   RunResult run(const std::vector<at::Tensor>& inputs, const OutputWeights& weights) override {
-    std::vector<std::pair<std::string, at::Tensor>> parameters;
-    for (const auto& p : module_.ptr()->named_parameters()) parameters.emplace_back(p.key(), p.value());
     const auto forward = [this](const std::vector<at::Tensor>& placed) -> std::vector<at::Tensor> {
       switch (placed.size()) {
         case 1: return {module_.forward(placed[0])};
@@ -35,7 +33,7 @@ class PlacedNnModule final : public PlacedModel {
       }
       TORCH_CHECK_VALUE(false, "torch::nn modules are validated with 1 to 3 input tensors, not ", placed.size());
     };
-    return run_model(forward, parameters, place_inputs(inputs, device_, dtype_), weights);
+    return run_model(forward, module_state(*module_.ptr()), place_inputs(inputs, device_, dtype_), weights);
   }
 
   // Through the portable checkpoint, as TorchScript models do (torchscript_model.cpp).

@@ -44,9 +44,9 @@ std::vector<at::Tensor> detached_cpu(const std::vector<at::Tensor>& tensors) {
 }
 
 RunResult run_model(const std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>& forward,
-                    const std::vector<std::pair<std::string, at::Tensor>>& parameters,
+                    const NamedTensors& state,
                     const std::vector<at::Tensor>& placed_inputs, const OutputWeights& weights) {
-  for (const auto& [name, p] : parameters) {
+  for (const auto& [name, p] : state) {
     if (p.grad().defined()) p.mutable_grad() = at::Tensor();
   }
   RunResult result;
@@ -61,10 +61,10 @@ RunResult run_model(const std::function<std::vector<at::Tensor>(const std::vecto
   const at::Tensor loss = weighted_loss(outputs, weights(shapes));
   if (loss.defined()) loss.backward();
   result.outputs = detached_cpu(outputs);
-  for (const auto& [name, p] : parameters) {
+  for (const auto& [name, p] : state) {
     if (p.requires_grad() && p.grad().defined()) result.gradients.emplace_back(name, p.grad().detach().cpu());
   }
-  for (const auto& [name, p] : parameters) {
+  for (const auto& [name, p] : state) {
     if (p.grad().defined()) p.mutable_grad() = at::Tensor();  // gradients are device memory too
   }
   return result;

@@ -16,9 +16,10 @@ std::vector<at::Tensor> place_inputs(const std::vector<at::Tensor>& inputs, c10:
 // counts or shapes differ (the model's outputs changed between runs).
 at::Tensor weighted_loss(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& weights);
 std::vector<at::Tensor> detached_cpu(const std::vector<at::Tensor>& tensors);
-// Forward, then (with weights) backward, with gradients cleared first; `parameters` are named.
+// Forward, then (with weights) backward, with gradients cleared first. `state` is the module's
+// module_state(): gradients are collected from the tensors that require them (the parameters).
 RunResult run_model(const std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>& forward,
-                    const std::vector<std::pair<std::string, at::Tensor>>& parameters,
+                    const NamedTensors& state,
                     const std::vector<at::Tensor>& placed_inputs, const OutputWeights& weights);
 
 // `state` written as a TorchBridge portable checkpoint (safetensors, through the checkpoint

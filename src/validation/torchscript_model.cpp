@@ -44,8 +44,6 @@ class PlacedTorchScript final : public PlacedModel {
       : module_(std::move(module)), device_(device), dtype_(dtype) {}
 
   RunResult run(const std::vector<at::Tensor>& inputs, const OutputWeights& weights) override {
-    std::vector<std::pair<std::string, at::Tensor>> parameters;
-    for (const auto& p : module_.named_parameters(/*recurse=*/true)) parameters.emplace_back(p.name, p.value);
     const auto forward = [this](const std::vector<at::Tensor>& placed) {
       // The graph executor's optimiser profiles the first runs of every new copy and then swaps
       // in a specialised graph, so run 1 and run 2 would execute different code (and each copy
@@ -53,7 +51,7 @@ class PlacedTorchScript final : public PlacedModel {
       torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
       return tensors_of(module_.forward(std::vector<c10::IValue>(placed.begin(), placed.end())));
     };
-    return run_model(forward, parameters, place_inputs(inputs, device_, dtype_), weights);
+    return run_model(forward, module_state(module_), place_inputs(inputs, device_, dtype_), weights);
   }
 
   // Through the portable checkpoint rather than torch::jit::save/load: what is checked is that
