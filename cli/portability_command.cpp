@@ -20,7 +20,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <iostream>
 
@@ -42,17 +41,6 @@ CPU in float64. Exit 0 only when training reduced the loss and every check passe
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-std::string fixed(double value, int digits) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
-}
-std::string scientific(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2e", value);
-  return text;
-}
 
 int parse_steps(const std::string* text) {
   if (!text) return 300;

@@ -25,6 +25,18 @@ std::string column(const std::string& text, size_t width) {
   return text + std::string(width - text.size(), ' ');
 }
 
+std::string fixed(double value, int digits) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", digits, value);
+  return buffer;
+}
+
+std::string scientific(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.2e", value);
+  return buffer;
+}
+
 std::string first_line(const std::string& message) {
   return message.substr(0, message.find('\n'));
 }

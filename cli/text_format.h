@@ -12,6 +12,9 @@ std::string format_bytes(std::optional<int64_t> bytes);
 std::string yes_no(bool value);
 // Pads or cuts `text` to exactly `width` columns.
 std::string column(const std::string& text, size_t width);
+// "1.23" with `digits` decimals; "4.56e-07" (three significant digits) for measured errors.
+std::string fixed(double value, int digits);
+std::string scientific(double value);
 // The first line of an error message (c10 errors append a C++ backtrace after it).
 std::string first_line(const std::string& message);
 

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -53,12 +52,6 @@ std::vector<std::string> split_list(const std::string& text) {
 std::vector<std::string> default_backends() {
   const std::string best = detect_best_backend();
   return best == "cpu" ? std::vector<std::string>{"cpu"} : std::vector<std::string>{"cpu", best};
-}
-
-std::string scientific(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2e", value);
-  return text;
 }
 
 // One line per backend and kind of check: how many passed and the worst values measured.

@@ -67,8 +67,9 @@ def _export(argv: "list[str]") -> int:
                 raise ValueError(f"export needs {required} (see --help)")
         spec = options["--model"]
         if spec.startswith("builtin:"):
-            model = builtin_model(spec[len("builtin:"):])
-            shape = options.get("--input-shape") or ",".join(map(str, _C.builtin_model_input_shape(spec[8:])))
+            name = spec[len("builtin:"):]
+            model = builtin_model(name)
+            shape = options.get("--input-shape") or ",".join(map(str, _C.builtin_model_input_shape(name)))
         else:
             if not os.path.isfile(spec):
                 raise ValueError(f"--model '{spec}' is neither builtin:NAME (mlp, cnn, transformer) nor an existing file")
