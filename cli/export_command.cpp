@@ -89,6 +89,10 @@ int run_export(const std::vector<std::string>& args) {
   if (format != "torchscript" && format != "safetensors") {
     throw UsageError("--format '" + format + "' is not one of torchscript, safetensors, onnx");
   }
+  if (format == "safetensors" && parsed.option("--input-shape")) {
+    throw UsageError("--input-shape is not used by --format safetensors (it writes tensors, running nothing); "
+                     "it sets the sample input of torchscript and onnx exports");
+  }
   const auto parent = std::filesystem::absolute(output).parent_path();
   if (!std::filesystem::is_directory(parent)) throw UsageError("--output: directory '" + parent.string() + "' does not exist");
   ModelArgument model = load_model_argument(*parsed.option("--model"));

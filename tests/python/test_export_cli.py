@@ -71,6 +71,8 @@ def test_a_torchscript_file_exports_to_onnx_with_its_input_shape(tmp_path):
     (["--model", "builtin:vit", "--format", "safetensors", "--output", "x"], "unknown built-in model 'vit'"),
     (["--model", "builtin:mlp", "--format", "onnx", "--output", "/nonexistent/dir/m.onnx"], "does not exist"),
     (["--model", "builtin:mlp", "--format", "safetensors"], "export needs --output"),
+    (["--model", "builtin:mlp", "--format", "safetensors", "--output", "x", "--input-shape", "2,32"],
+     "--input-shape is not used by --format safetensors"),
 ])
 def test_bad_input_exits_1_with_a_clear_error(args, message):
     run = export(*args)
