@@ -10,12 +10,16 @@ matrices; an untied output head).
                    state dict (what load_state_dict does), because our reader only maps the file:
                    its data is read when touched, so timing the load call alone would flatter it.
   load to emu      the C++ reader (build/bin/checkpoint_device_load) vs one memcpy of as many bytes
+  load to a GPU    with --device cuda: the C++ reader straight to the GPU vs
+                   safetensors.torch.load_file(device="cuda") and vs the host-to-device bandwidth
+                   of one copy from pinned memory measured in the same run
   save             torchbridge.checkpoint.save vs writing the same bytes sequentially; both fsync
   peak memory      anonymous memory each loader adds at its peak (sampled every millisecond from
                    outside the loading process) vs the largest tensor
 
 Usage: .venv/bin/python bench/checkpoint_benchmark.py [--size-mib 1024] [--repeats 5] [--dir DIR] [--keep]
                                                       [--device-load build/bin/checkpoint_device_load]
+                                                      [--device emu|cuda]
 It needs about 2.2 x size of free disk in DIR (default: a new directory in /tmp), removed at the end.
 """
 
@@ -120,6 +124,19 @@ def resident_fraction(path):
 
 def median(values):
     return statistics.median(values)
+
+
+def timed(body, repeats, before=None):
+    """Median seconds of body() over `repeats` runs after one warm-up; before() runs untimed first."""
+    body()
+    samples = []
+    for _ in range(repeats):
+        if before:
+            before()
+        start = time.perf_counter()
+        body()
+        samples.append(time.perf_counter() - start)
+    return median(samples)
 
 
 def fsync_write(path, tensors):
@@ -254,6 +271,7 @@ def main():
     parser.add_argument("--dir", default=None, help="where the checkpoint files go (default: a new /tmp directory)")
     parser.add_argument("--keep", action="store_true", help="keep the files")
     parser.add_argument("--device-load", default=DEVICE_LOAD, help="the checkpoint_device_load program")
+    parser.add_argument("--device", default="emu", help="where device loads go: emu (default) or cuda")
     parser.add_argument("--child", nargs=4, metavar=("LOADER", "SIZE_MIB", "ST", "PT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -366,32 +384,16 @@ def run(args, directory):
     print("  (information) the load call alone, warm: " + ", ".join(
         f"{name} {results['warm'][name][0]:.3f} s" for name in candidates) + "; ours only maps the file")
 
-    # -- load to emu ---------------------------------------------------------------------------------
+    # -- load to a device ----------------------------------------------------------------------------
     del dest
     gc.collect()
     env = dict(os.environ, TORCHBRIDGE_EMU_MEMORY=f"{2 * total // MiB + 256}MiB")
-    if os.path.exists(args.device_load):
-        print("\nLoad to emu (C++ reader: direct copies from the file's mapping into device memory; baseline: one "
-              "memcpy of as many bytes between two resident buffers):")
-        for cache in ("warm", "cold"):
-            command = [args.device_load, st_path, "--repeats", str(repeats)] + (["--cold"] if cache == "cold" else [])
-            result = json.loads(subprocess.run(command, env=env, check=True, capture_output=True,
-                                               text=True).stdout.strip().splitlines()[-1])
-            ratio = result["memcpy_s"] / result["direct_s"]
-            line(f"emu load, {cache}", f"{result['direct_s']:.3f} s ({total / result['direct_s'] / 1e9:.2f} GB/s)",
-                 f"memcpy {total / result['memcpy_s'] / 1e9:.2f} GB/s; ratio {ratio:.2f}x; "
-                 + goal(">= 0.8x", ratio >= 0.8))
-            line("  (information) memcpy out of the mapped file", f"{result['memcpy_from_file_s']:.3f} s",
-                 f"the same bytes into host memory; the load runs at "
-                 f"{result['memcpy_from_file_s'] / result['direct_s']:.2f}x this")
-            line("  (information) staged through pinned", f"{result['staged_s']:.3f} s",
-                 f"2 x {result['chunk_mib']} MiB pinned buffers; {result['staged_s'] / result['direct_s']:.2f}x the "
-                 "direct load's time, so the reader does not stage")
-            if cache == "warm":
-                line("  (information) first load", f"{result['first_direct_s']:.3f} s",
-                     "includes the emulator faulting in fresh device memory")
+    if not os.path.exists(args.device_load):
+        print(f"\nLoad to {args.device}: skipped, {args.device_load} is not built")
+    elif args.device == "emu":
+        load_to_emu(args, st_path, total, repeats, env)
     else:
-        print(f"\nLoad to emu: skipped, {args.device_load} is not built")
+        load_to_gpu(args, st_path, total, repeats)
 
     # -- peak memory -------------------------------------------------------------------------------
     print(f"\nPeak extra anonymous memory while loading (sampled every ~1 ms from outside; largest tensor "
@@ -400,13 +402,73 @@ def run(args, directory):
     runs = [(name, me + [name, str(args.size_mib), st_path, pt_path], None)
             for name in ("torchbridge", "safetensors", "torch.load")]
     if os.path.exists(args.device_load):
-        runs.append(("torchbridge to emu", [args.device_load, st_path, "--memory"], env))
+        runs.append((f"torchbridge to {args.device}",
+                     [args.device_load, st_path, "--memory", "--device", f"{args.device}:0"], env))
     for name, command, child_env in runs:
         peak, retained = sample_peak(command, child_env)
         note = f"{retained / MiB:.0f} MiB of it still held after the load (the loaded tensors)"
         if name.startswith("torchbridge"):
             note += "; " + goal("peak <= largest tensor", peak <= largest)
         line(name, f"{peak / MiB:.0f} MiB peak", note)
+
+
+def device_load(args, st_path, repeats, device, cold, env=None):
+    command = [args.device_load, st_path, "--repeats", str(repeats), "--device", device] + (["--cold"] if cold else [])
+    return json.loads(subprocess.run(command, env=env, check=True, capture_output=True,
+                                     text=True).stdout.strip().splitlines()[-1])
+
+
+def load_to_emu(args, st_path, total, repeats, env):
+    print("\nLoad to emu (C++ reader: direct copies from the file's mapping into device memory; baseline: one "
+          "memcpy of as many bytes between two resident buffers):")
+    for cache in ("warm", "cold"):
+        result = device_load(args, st_path, repeats, "emu:0", cache == "cold", env)
+        ratio = result["memcpy_s"] / result["direct_s"]
+        line(f"emu load, {cache}", f"{result['direct_s']:.3f} s ({total / result['direct_s'] / 1e9:.2f} GB/s)",
+             f"memcpy {total / result['memcpy_s'] / 1e9:.2f} GB/s; ratio {ratio:.2f}x; " + goal(">= 0.8x", ratio >= 0.8))
+        line("  (information) memcpy out of the mapped file", f"{result['memcpy_from_file_s']:.3f} s",
+             f"the same bytes into host memory; the load runs at "
+             f"{result['memcpy_from_file_s'] / result['direct_s']:.2f}x this")
+        line("  (information) staged through pinned", f"{result['staged_s']:.3f} s",
+             f"2 x {result['chunk_mib']} MiB pinned buffers; {result['staged_s'] / result['direct_s']:.2f}x the "
+             "direct load's time, so the reader does not stage")
+        if cache == "warm":
+            line("  (information) first load", f"{result['first_direct_s']:.3f} s",
+                 "includes the emulator faulting in fresh device memory")
+
+
+def load_to_gpu(args, st_path, total, repeats):
+    """The C++ reader straight to the GPU (in its own process) against safetensors' own GPU load and
+    against the host-to-device bandwidth of one pinned copy, all measured here."""
+    device = f"{args.device}:0"
+    module = getattr(torch, args.device)
+    print(f"\nLoad to {device} (C++ reader: direct copies from the file's mapping into device memory):")
+    pinned = torch.empty(total, dtype=torch.uint8).pin_memory()
+    on_device = torch.empty(total, dtype=torch.uint8, device=device)
+
+    def pinned_copy():
+        on_device.copy_(pinned)
+        module.synchronize()
+
+    def safetensors_load():
+        tensors = safetensors.torch.load_file(st_path, device=device)
+        module.synchronize()
+        del tensors
+
+    bandwidth_s = timed(pinned_copy, repeats)
+    line("(baseline) pinned host -> device copy", f"{bandwidth_s:.3f} s", f"{total / bandwidth_s / 1e9:.2f} GB/s")
+    del on_device
+    for cache in ("warm", "cold"):
+        result = device_load(args, st_path, repeats, device, cache == "cold")
+        reference_s = timed(safetensors_load, repeats, before=(lambda: evict(st_path)) if cache == "cold" else None)
+        ours = result["direct_s"]
+        vs_safetensors = reference_s / ours
+        vs_bandwidth = bandwidth_s / ours
+        line(f"{args.device} load, {cache}", f"{ours:.3f} s ({total / ours / 1e9:.2f} GB/s)",
+             f"safetensors {reference_s:.3f} s; ratio {vs_safetensors:.2f}x; " + goal(">= 1x", vs_safetensors >= 1))
+        line(f"  speed / pinned copy bandwidth, {cache}", f"{vs_bandwidth:.2f}x", goal(">= 0.8x", vs_bandwidth >= 0.8))
+        line("  (information) staged through pinned", f"{result['staged_s']:.3f} s",
+             f"{result['staged_s'] / ours:.2f}x the direct load's time")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Everything that passes on the CPU must pass on an NVIDIA GPU: this script proves it on a machine
+# with a GPU, a CUDA build of torch, cmake and a C++ compiler, and no internet and no apt.
+#
+#   on the development machine:  scripts/prepare-offline-deps.sh   (fills .offline/, git-ignored)
+#   on the GPU machine:          scripts/gpu-check.sh [--work DIR] [--jobs N] [--allow-no-gpu]
+#
+# It builds GoogleTest from .offline/, then TorchBridge (warnings as errors) against the torch of
+# `python3`, installs the Python package into a virtual environment that sees that torch, and runs:
+# the whole CTest suite (C++ and Python), the contract suite on cudasdk, `info`, `doctor`,
+# `validate` on cpu,cuda,emu and cpu,cudasdk, `portability`, the redirection corpus under the
+# targets cuda, cpu, emu and cudasdk, and the GPU benchmarks. It prints one summary table and exits
+# non-zero when any step failed. Logs: DIR/logs/<step>.log (default DIR: /tmp/torchbridge-gpu-check).
+# --allow-no-gpu runs the same steps on a machine without a GPU (the GPU steps then report SKIP),
+# which is how the script itself is tested on the development machine.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WORK=/tmp/torchbridge-gpu-check
+JOBS="$(nproc)"
+ALLOW_NO_GPU=0
+while (($#)); do
+  case "$1" in
+    --work) WORK="$2"; shift 2 ;;
+    --jobs) JOBS="$2"; shift 2 ;;
+    --allow-no-gpu) ALLOW_NO_GPU=1; shift ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+PYTHON="${PYTHON:-python3}"
+LOGS="$WORK/logs"
+mkdir -p "$LOGS"
+START=$SECONDS
+
+# ---- bookkeeping: one row per step --------------------------------------------------------------
+ROWS=()
+FAILED=0
+record() {  # record STEP RESULT SECONDS NOTE
+  ROWS+=("$(printf '%-34s %-5s %6ss  %s' "$1" "$2" "$3" "$4")")
+  [[ "$2" == FAIL ]] && FAILED=1
+  printf '[gpu-check] %-34s %-5s %6ss  %s\n' "$1" "$2" "$3" "$4" >&2
+}
+# step NAME COMMAND...: runs the command with its output in LOGS/NAME.log; PASS on exit 0.
+step() {
+  local name="$1"; shift
+  local log="$LOGS/$name.log" begin=$SECONDS
+  printf '[gpu-check] running %s ...\n' "$name" >&2
+  if "$@" >"$log" 2>&1; then
+    record "$name" PASS $((SECONDS - begin)) "$(note_for "$name" "$log")"
+  else
+    record "$name" FAIL $((SECONDS - begin)) "$(tail -n 3 "$log" | tr '\n' ' ' | cut -c1-150)"
+  fi
+}
+skip() { record "$1" SKIP 0 "$2"; }
+# The line of a log worth showing next to a passing step (a benchmark's ratio, CTest's verdict).
+note_for() {
+  case "$1" in
+    ctest) grep -E "tests passed|tests failed" "$2" | tail -1 ;;
+    bench-*) grep -iE "goal|ratio" "$2" | tail -1 | cut -c1-150 ;;
+    validate-*) grep -E "^Result:" "$2" | tail -1 ;;
+    portability) grep -E "^== Result" "$2" | tail -1 ;;
+    *) echo "" ;;
+  esac
+}
+
+# ---- 0. what this machine is ----------------------------------------------------------------------
+GPU=0
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >"$LOGS/nvidia-smi.log" 2>&1 && \
+   "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  GPU=1
+fi
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  (nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU") | sed 's/^/gpu: /'
+  "$PYTHON" -c 'import torch; print("torch:", torch.__version__, "cuda", torch.version.cuda)'
+  echo "cmake: $(cmake --version | head -1)"
+  echo "compiler: $(c++ --version | head -1)"
+  echo "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo none)"
+} | tee "$LOGS/machine.log" >&2
+if ((GPU == 0 && ALLOW_NO_GPU == 0)); then
+  echo "gpu-check: no usable NVIDIA GPU here (nvidia-smi, or torch.cuda.is_available() with $PYTHON);" \
+       "run it on a GPU machine, or pass --allow-no-gpu to exercise the script itself" >&2
+  exit 2
+fi
+if [[ ! -d "$ROOT/.offline/googletest" || ! -d "$ROOT/.offline/prefix/include/nlohmann" ]]; then
+  echo "gpu-check: $ROOT/.offline is missing or incomplete: run scripts/prepare-offline-deps.sh on the" \
+       "development machine and bring .offline/ along" >&2
+  exit 2
+fi
+gpu_step() {  # gpu_step NAME COMMAND...: a step that needs the GPU
+  if ((GPU)); then step "$@"; else skip "$1" "no GPU"; fi
+}
+
+# ---- 1. build ------------------------------------------------------------------------------------
+TORCH_PREFIX="$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
+build_googletest() {
+  cmake -S "$ROOT/.offline/googletest" -B "$WORK/googletest-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DBUILD_GMOCK=OFF -DCMAKE_INSTALL_PREFIX="$WORK/deps" &&
+    cmake --build "$WORK/googletest-build" -j "$JOBS" && cmake --install "$WORK/googletest-build"
+}
+make_venv() {  # sees the machine's torch; our package and its console script go in here
+  [[ -x "$WORK/venv/bin/python" ]] || "$PYTHON" -m venv --system-site-packages "$WORK/venv"
+}
+configure() {
+  cmake -S "$ROOT" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTORCHBRIDGE_WERROR=ON \
+        -DCMAKE_PREFIX_PATH="$WORK/deps;$ROOT/.offline/prefix;$TORCH_PREFIX" \
+        -DPython3_EXECUTABLE="$WORK/venv/bin/python"
+}
+install_package() {
+  "$WORK/venv/bin/python" -m pip install --no-build-isolation --no-deps --no-index --no-cache-dir \
+    -C build-dir="$WORK/wheel-build" -C cmake.define.TORCHBRIDGE_WERROR=ON "$ROOT"
+}
+step googletest build_googletest
+step venv make_venv
+step configure configure
+step build cmake --build "$WORK/build" -j "$JOBS"
+step python-package install_package
+if grep -q FAIL <<<"${ROWS[*]}"; then
+  printf '\n%s\n' "${ROWS[@]}"
+  echo "gpu-check: the build failed; nothing was tested (logs in $LOGS)" >&2
+  exit 1
+fi
+
+# ---- 2. tests --------------------------------------------------------------------------------------
+export PATH="$WORK/venv/bin:$PATH"
+CLI="$WORK/build/bin/torchbridge"
+step ctest ctest --test-dir "$WORK/build" --output-on-failure -j "$JOBS"
+if grep -q "cuda_runtime_tests\|cudasdk" <(ls "$WORK/build/lib" "$WORK/build/bin" 2>/dev/null); then
+  gpu_step contract-cudasdk env TORCHBRIDGE_CONTRACT_SDK_DEVICE=cudasdk "$WORK/build/bin/contract_tests" \
+    --gtest_filter='*/cudasdk:ContractSetup.*'
+else
+  skip contract-cudasdk "the CUDA toolkit was not found at build time, so cudasdk was not built"
+fi
+step info "$CLI" info
+step info-json "$CLI" info --json
+step doctor bash -c "\"$CLI\" doctor; code=\$?; [[ \$code == 0 || \$code == 2 ]]"
+gpu_step validate-cpu-cuda-emu "$CLI" validate --model builtin:transformer --backends cpu,cuda,emu
+gpu_step validate-cpu-cuda-bf16 "$CLI" validate --model builtin:transformer --backends cpu,cuda --dtype bf16
+gpu_step validate-cpu-cudasdk "$CLI" validate --model builtin:transformer --backends cpu,cudasdk
+step portability "$CLI" portability
+TARGETS=cpu,emu
+((GPU)) && TARGETS=cpu,cuda,emu,cudasdk
+step redirect-corpus env TORCHBRIDGE_REDIRECT_TARGETS="$TARGETS" "$WORK/venv/bin/python" -m pytest -q \
+  -p no:cacheprovider "$ROOT/tests/python/test_redirect_corpus.py"
+
+# ---- 3. benchmarks (ratios against a baseline measured in the same run) ----------------------------
+BEST=cpu
+((GPU)) && BEST=cuda
+step bench-training-step "$WORK/build/bin/training_step_benchmark" --backend "$BEST"
+step bench-validation "$WORK/build/bin/validation_benchmark" --backends "$BEST"
+gpu_step bench-checkpoint-load "$WORK/venv/bin/python" "$ROOT/bench/checkpoint_benchmark.py" --size-mib 1024 \
+  --repeats 3 --device cuda --device-load "$WORK/build/bin/checkpoint_device_load"
+if [[ -x "$WORK/build/bin/cudasdk_copy_benchmark" ]]; then
+  gpu_step bench-cudasdk-copy "$WORK/build/bin/cudasdk_copy_benchmark"
+else
+  skip bench-cudasdk-copy "not built (no CUDA toolkit at build time)"
+fi
+
+# ---- summary ---------------------------------------------------------------------------------------
+echo
+echo "TorchBridge GPU check — $(grep '^gpu:' "$LOGS/machine.log" | cut -c6-) — $(grep '^torch:' "$LOGS/machine.log" | cut -c8-)"
+printf '%-34s %-5s %7s  %s\n' STEP RESULT TIME NOTE
+printf '%s\n' "${ROWS[@]}"
+echo "total $((SECONDS - START)) s; logs in $LOGS"
+if ((FAILED)); then
+  echo "gpu-check: FAILED" >&2
+  exit 1
+fi
+echo "gpu-check: all steps passed$( ((GPU)) || echo ' (no GPU: GPU steps skipped)')"
