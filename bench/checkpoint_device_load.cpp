@@ -18,9 +18,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -124,7 +126,8 @@ int main(int argc, char** argv) {
   }
 
   size_t total = 0;
-  for (const auto& shard : Checkpoint::open(path).shards()) {
+  const Checkpoint opened = Checkpoint::open(path);  // a named object: shards() refers into it
+  for (const auto& shard : opened.shards()) {
     for (const auto& record : shard.tensors()) total += record.end - record.begin;
   }
   // Baselines, taken in each repetition next to the loads so all see the same machine state:

@@ -11,8 +11,14 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace torchbridge::cli {
 namespace {

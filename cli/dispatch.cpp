@@ -7,7 +7,10 @@
 
 #include <torch/version.h>
 
+#include <exception>
 #include <iostream>
+#include <string>
+#include <vector>
 
 namespace torchbridge::cli {
 namespace {

@@ -17,6 +17,9 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace torchbridge::cli {
 namespace {

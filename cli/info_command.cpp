@@ -10,7 +10,14 @@
 
 #include <torch/version.h>
 
+#include <cstdint>
+#include <exception>
 #include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace torchbridge::cli {
 namespace {

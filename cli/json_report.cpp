@@ -1,5 +1,10 @@
 #include "json_report.h"
 
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
 namespace torchbridge::cli {
 namespace {
 

@@ -3,6 +3,7 @@
 
 #include <torch/csrc/jit/api/module.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>

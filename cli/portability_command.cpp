@@ -1,13 +1,22 @@
 // `torchbridge portability`: the README's main job. Detects the hardware, trains the built-in
 // transformer on the best backend, saves a portable training state, loads it on every other
 // backend (the CPU and emu at least), validates that all compute the same thing, and reports.
+//
+// PyTorch serves one accelerator per process for autograd (include/torchbridge/one_accelerator.h):
+// when the run trains on a native accelerator such as CUDA, the SDK devices are checked by this
+// same command in a child process (`--check-checkpoint`), whose findings are merged here.
 #include "arguments.h"
+#include "child_process.h"
 #include "commands.h"
+#include "isolated_validation.h"
 #include "portability_training.h"
 #include "text_format.h"
 
+#include <torchbridge/checkpoint/safetensors.h>
 #include <torchbridge/checkpoint/training_state.h>
+#include <torchbridge/one_accelerator.h>
 #include <torchbridge/registry.h>
+#include <torchbridge/sdk/device.h>
 #include <torchbridge/validation/builtin_models.h>
 #include <torchbridge/validation/tolerances.h>
 #include <torchbridge/validation/validator.h>
@@ -19,14 +28,27 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace torchbridge::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: torchbridge portability [--steps N] [--output DIR] [--json]
+constexpr const char* kHelp = R"(usage: torchbridge portability [--steps N] [--output DIR] [--isolate] [--json]
 
 The portability run: detect the hardware, train the built-in transformer on the best available
 backend, save a portable checkpoint (model, Adam state, RNG, counters) as safetensors, load it
@@ -36,8 +58,17 @@ CPU in float64. Exit 0 only when training reduced the loss and every check passe
 
   --steps N     training steps (default 300)
   --output DIR  where the checkpoint goes (default: a new directory under $TMPDIR or /tmp)
+  --isolate     check every backend other than the CPU and the training backend in a child
+                process of its own. SDK devices are always checked in a child process when the
+                run trains on a native accelerator such as cuda: PyTorch's autograd serves one
+                accelerator per process.
   --json        the report as JSON
+
+Used by the run itself to check backends in a child process:
+  --check-checkpoint FILE --reference-outputs FILE --backends LIST
 )";
+
+constexpr const char* kSdkDevice = "emu";  // loadable on any machine
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -64,26 +95,38 @@ std::string make_output_directory(const std::string* requested) {
   return pattern;
 }
 
-// Every backend that can run here: the available ones, plus emu, which any machine can load.
-// The SDK device is loaded now, before the first backward pass (PyTorch sizes its autograd
-// device queues once), and before the best backend is chosen (emu never outranks real hardware).
-std::vector<std::string> usable_backends(nlohmann::json& hardware) {
-  create_backend("emu");
-  std::vector<std::string> names;
-  for (const auto& entry : BackendRegistry::instance().entries()) {
-    const Availability availability = entry.backend->availability();
-    nlohmann::json item = {{"backend", entry.name}, {"available", availability.available()}};
-    if (!availability.available()) {
-      item["reason"] = availability.reason;
-    } else {
-      names.push_back(entry.name);
-      nlohmann::json devices = nlohmann::json::array();
-      for (int i = 0; i < entry.backend->device_count(); ++i) devices.push_back(entry.backend->info(i).name);
-      item["devices"] = devices;
-    }
-    hardware.push_back(item);
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');) {
+    if (item.empty()) throw UsageError("--backends '" + text + "' has an empty entry");
+    items.push_back(item);
   }
-  return names;
+  return items;
+}
+
+// One hardware line: available or why not, and the device names ("2 x name" when alike).
+nlohmann::json describe_backend(const std::string& name, const Backend& backend) {
+  const Availability availability = backend.availability();
+  nlohmann::json item = {{"backend", name}, {"available", availability.available()}};
+  if (!availability.available()) {
+    item["reason"] = availability.reason;
+    return item;
+  }
+  std::vector<std::pair<std::string, int>> devices;
+  for (int i = 0; i < backend.device_count(); ++i) {
+    const std::string device_name = backend.info(i).name;
+    if (!devices.empty() && devices.back().first == device_name) {
+      ++devices.back().second;
+    } else {
+      devices.emplace_back(device_name, 1);
+    }
+  }
+  item["devices"] = nlohmann::json::array();
+  for (const auto& [device_name, count] : devices) {
+    item["devices"].push_back(count == 1 ? device_name : std::to_string(count) + " x " + device_name);
+  }
+  return item;
 }
 
 at::Tensor evaluation_batch() {
@@ -96,6 +139,107 @@ at::Tensor outputs_on_cpu(torch::jit::Module& model, c10::Device device, const a
   return model.forward({x.to(device)}).toTensor().cpu();
 }
 
+// A differently initialised copy restored from the checkpoint onto `device`.
+struct RestoredCopy {
+  torch::jit::Module model;
+  int64_t step = 0;
+  double load_seconds = 0;
+};
+RestoredCopy restore(const std::string& checkpoint_path, c10::Device device) {
+  RestoredCopy copy{validation::make_builtin_model("transformer", /*seed=*/77)};
+  auto optimizer = make_optimizer(copy.model);
+  checkpoint::RestoreOptions options;
+  options.device_map = {{"", device}};
+  const auto start = Clock::now();
+  copy.step = checkpoint::load_training_state(checkpoint_path, copy.model, *optimizer, options).step;
+  copy.load_seconds = since(start);
+  return copy;
+}
+
+// The checkpoint loaded on `name` and its outputs compared with the trained model's; whether
+// that passes is decided by the caller, which knows how many steps were trained.
+nlohmann::json check_load(const std::string& name, const std::string& checkpoint_path, const at::Tensor& batch,
+                          const at::Tensor& trained_outputs) {
+  const c10::Device device = create_backend(name)->device(0);
+  RestoredCopy copy = restore(checkpoint_path, device);
+  const at::Tensor outputs = outputs_on_cpu(copy.model, device, batch);
+  const double max_abs = (outputs - trained_outputs).abs().max().item<double>();
+  const double rel_l2 = ((outputs - trained_outputs).norm() / trained_outputs.norm()).item<double>();
+  return {{"backend", name},         {"device", device.str()},  {"load_seconds", copy.load_seconds},
+          {"max_abs_diff", max_abs}, {"rel_l2_diff", rel_l2},   {"step", copy.step}};
+}
+
+validation::ValidationReport validate(const torch::jit::Module& model, const std::vector<std::string>& backends,
+                                      const std::function<void(const std::string&)>& stage) {
+  validation::ValidatorOptions options;
+  options.backends = backends;
+  options.progress = [&](const std::string& backend, const std::string& step, int, int) {
+    if (step != "done") stage("validating: " + backend + " " + step);
+  };
+  return validation::Validator(options).validate(
+      *validation::model_from(model),
+      std::vector<std::vector<int64_t>>{validation::builtin_model_info("transformer").input_shape});
+}
+
+// --check-checkpoint: describe, load and validate `backends` in this (child) process, as JSON.
+int run_backend_check(const ParsedArguments& parsed) {
+  const std::string* reference_path = parsed.option("--reference-outputs");
+  const std::string* backend_list = parsed.option("--backends");
+  if (!reference_path || !backend_list) {
+    throw UsageError("--check-checkpoint needs --reference-outputs FILE and --backends LIST");
+  }
+  const std::string& checkpoint_path = *parsed.option("--check-checkpoint");
+  const std::vector<std::string> backends = split_list(*backend_list);
+  const auto references = checkpoint::SafetensorsFile::open(*reference_path);
+  const at::Tensor batch = references.load("batch"), trained_outputs = references.load("outputs");
+
+  nlohmann::json out = {{"hardware", nlohmann::json::array()}, {"loads", nlohmann::json::array()}};
+  for (const auto& name : backends) {
+    out["hardware"].push_back(describe_backend(name, *create_backend(name)));  // loads an SDK device
+    out["loads"].push_back(check_load(name, checkpoint_path, batch, trained_outputs));
+  }
+  RestoredCopy trained = restore(checkpoint_path, c10::Device(c10::kCPU));
+  const auto report = validate(trained.model, backends, [](const std::string&) {});
+  out["validation"] = nlohmann::json::parse(validation::report_json(report));
+  std::cout << out.dump() << "\n";
+  return 0;
+}
+
+struct ChildFindings {
+  nlohmann::json hardware = nlohmann::json::array();
+  nlohmann::json loads = nlohmann::json::array();
+  validation::ValidationReport validation;
+};
+
+// `portability --check-checkpoint` for one backend in a child process. A child that ends without
+// findings becomes a failed load and a failed validation check saying how it ended.
+ChildFindings check_in_child(const std::string& name, const std::string& checkpoint_path,
+                             const std::string& reference_path) {
+  ChildFindings findings;
+  std::string failure;
+  try {
+    const ChildResult child = run_self({"portability", "--check-checkpoint", checkpoint_path, "--reference-outputs",
+                                        reference_path, "--backends", name});
+    try {
+      const auto parsed = nlohmann::json::parse(child.out);
+      findings.hardware = parsed.at("hardware");
+      findings.loads = parsed.at("loads");
+      findings.validation = validation::report_from_json(parsed.at("validation").dump());
+      return findings;
+    } catch (const std::exception&) {
+      failure = "the child process checking it " + child.describe_exit() + " without a result";
+      if (const std::string line = child.last_error_line(); !line.empty()) failure += ": " + line;
+    }
+  } catch (const std::exception& e) {
+    failure = std::string("cannot start a child process to check it: ") + e.what();
+  }
+  findings.hardware.push_back({{"backend", name}, {"available", false}, {"reason", failure}});
+  findings.loads.push_back({{"backend", name}, {"device", name}, {"error", failure}});
+  findings.validation.backends = {name};
+  findings.validation.checks.push_back({name, name, "run", "model", false, std::nullopt, failure});
+  return findings;
+}
+
 void print_report(const nlohmann::json& r) {
   std::cout << "== Hardware\n";
   for (const auto& b : r["hardware"]) {
@@ -103,6 +247,7 @@ void print_report(const nlohmann::json& r) {
     if (b["available"].get<bool>()) {
       std::cout << "available";
       for (const auto& d : b["devices"]) std::cout << "  [" << d.get<std::string>() << "]";
+      if (b.value("own_process", false)) std::cout << "  (checked in its own process)";
     } else {
       std::cout << "not available: " << b["reason"].get<std::string>();
     }
@@ -120,8 +265,12 @@ void print_report(const nlohmann::json& r) {
   std::cout << "\n== Loaded on every backend (outputs on one batch vs the trained model on "
             << t["backend"].get<std::string>() << ")\n";
   for (const auto& l : r["loads"]) {
-    std::cout << "  " << column(l["backend"].get<std::string>(), 8) << column(l["device"].get<std::string>(), 8)
-              << "load " << fixed(l["load_seconds"].get<double>() * 1000, 1) << " ms   max abs diff "
+    std::cout << "  " << column(l["backend"].get<std::string>(), 8) << column(l["device"].get<std::string>(), 8);
+    if (l.contains("error")) {
+      std::cout << "FAILED: " << l["error"].get<std::string>() << "\n";
+      continue;
+    }
+    std::cout << "load " << fixed(l["load_seconds"].get<double>() * 1000, 1) << " ms   max abs diff "
               << scientific(l["max_abs_diff"]) << "   rel L2 " << scientific(l["rel_l2_diff"]) << "   "
               << (l["passed"].get<bool>() ? "same" : "DIFFERENT") << "\n";
   }
@@ -139,13 +288,45 @@ void print_report(const nlohmann::json& r) {
             << fixed(r["seconds"], 1) << " s)\n";
 }
 
+// Per backend: checks passed, the worst output and gradient errors, the time spent.
+nlohmann::json summarize_validation(const validation::ValidationReport& report) {
+  nlohmann::json per_backend = nlohmann::json::array(), failures = nlohmann::json::array();
+  for (const auto& backend : report.backends) {
+    int passed = 0, total = 0;
+    double worst_output = 0, worst_gradient = 0;
+    for (const auto& c : report.checks) {
+      if (c.backend != backend) continue;
+      ++total;
+      passed += c.passed ? 1 : 0;
+      if (!c.passed) failures.push_back(c.backend + " " + c.check + " " + c.subject + ": " + c.detail);
+      if (c.metrics && c.check == "output") worst_output = std::max(worst_output, c.metrics->rel_l2_error);
+      if (c.metrics && c.check == "gradient") worst_gradient = std::max(worst_gradient, c.metrics->rel_l2_error);
+    }
+    double seconds = 0;
+    for (const auto& t : report.timings) seconds += t.backend == backend ? t.seconds : 0;
+    per_backend.push_back({{"backend", backend}, {"passed", passed}, {"total", total},
+                           {"worst_output_rel_l2", worst_output}, {"worst_gradient_rel_l2", worst_gradient},
+                           {"seconds", seconds}});
+  }
+  return {{"reference", report.reference}, {"precision", report.precision}, {"valid", report.is_valid()},
+          {"backends", per_backend}, {"failures", failures}};
+}
+
 }  // namespace
 
 int run_portability(const std::vector<std::string>& args) {
-  const ParsedArguments parsed = parse_arguments("portability", args, {{"--json"}, {"--steps", "--output"}, false});
+  const ParsedArguments parsed =
+      parse_arguments("portability", args,
+                      {{"--json", "--isolate"},
+                       {"--steps", "--output", "--check-checkpoint", "--reference-outputs", "--backends"},
+                       false});
   if (parsed.has("--help")) {
     std::cout << kHelp;
     return 0;
+  }
+  if (parsed.option("--check-checkpoint")) return run_backend_check(parsed);
+  if (parsed.option("--reference-outputs") || parsed.option("--backends")) {
+    throw UsageError("--reference-outputs and --backends belong to --check-checkpoint");
   }
   const int steps = parse_steps(parsed.option("--steps"));
   const bool json = parsed.has("--json");
@@ -155,10 +336,44 @@ int run_portability(const std::vector<std::string>& args) {
     if (progress) std::cerr << "\r\033[K" << text << std::flush;
   };
 
-  nlohmann::json report, hardware = nlohmann::json::array();
+  // Which backends run here and which in a child process. The SDK device is loaded here only when
+  // it can share the process: before the first backward pass (PyTorch sizes its autograd device
+  // queues once), and before the best backend is chosen (emu never outranks real hardware).
   stage("detecting hardware");
-  const std::vector<std::string> backends = usable_backends(hardware);
-  report["hardware"] = hardware;
+  std::vector<std::string> candidates;
+  for (const auto& entry : BackendRegistry::instance().entries()) {
+    const bool sdk = entry.backend->device_type() == c10::DeviceType::PrivateUse1;
+    if (!sdk && entry.backend->is_available()) candidates.push_back(entry.name);
+  }
+  const bool sdk_device_present = [] {
+    const auto found = sdk::available_devices();
+    return std::find(found.begin(), found.end(), kSdkDevice) != found.end();
+  }();
+  if (sdk_device_present) candidates.push_back(kSdkDevice);
+  std::vector<std::string> isolated = sdk_devices_needing_own_process(candidates);
+  if (parsed.has("--isolate") || !isolated.empty()) {
+    const std::string best = detect_best_backend();  // SDK device not loaded: the best native one
+    isolated.clear();
+    for (const auto& name : candidates) {
+      if (BackendRegistry::instance().device_type_of(name) != c10::DeviceType::CPU && name != best) {
+        isolated.push_back(name);
+      }
+    }
+  } else if (sdk_device_present) {
+    create_backend(kSdkDevice);
+  }
+  const auto runs_here = [&](const std::string& name) {
+    return std::find(isolated.begin(), isolated.end(), name) == isolated.end();
+  };
+
+  nlohmann::json report, hardware = nlohmann::json::array();
+  std::vector<std::string> backends;  // every usable backend, in detection order
+  for (const auto& entry : BackendRegistry::instance().entries()) {
+    if (!runs_here(entry.name)) continue;
+    if (entry.backend->device_type() == c10::DeviceType::PrivateUse1 && !entry.backend->is_available()) continue;
+    hardware.push_back(describe_backend(entry.name, *entry.backend));
+    if (entry.backend->is_available()) backends.push_back(entry.name);
+  }
   const std::string best = detect_best_backend();
   const c10::Device train_device = create_backend(best)->device(0);
 
@@ -171,7 +386,8 @@ int run_portability(const std::vector<std::string>& args) {
                         {"first_loss", run.first_loss}, {"last_loss", run.last_loss}};
 
   stage("saving the checkpoint");
-  const std::string path = make_output_directory(parsed.option("--output")) + "/transformer.safetensors";
+  const std::string directory = make_output_directory(parsed.option("--output"));
+  const std::string path = directory + "/transformer.safetensors";
   auto save_start = Clock::now();
   checkpoint::save_training_state(path, run.model, *run.optimizer,
                                   {run.steps, 0, {{"model", "builtin:transformer"}, {"trained_on", best}}});
@@ -179,55 +395,41 @@ int run_portability(const std::vector<std::string>& args) {
 
   const at::Tensor batch = evaluation_batch();
   const at::Tensor trained_outputs = outputs_on_cpu(run.model, train_device, batch);
-  const auto& tolerance = validation::tolerance_for("fp32").output;
-  bool loads_passed = true;
-  report["loads"] = nlohmann::json::array();
+  nlohmann::json loads = nlohmann::json::array();
   for (const auto& name : backends) {
     stage("loading on " + name);
-    const c10::Device device = create_backend(name)->device(0);
-    // A differently initialised copy, so every value must come from the checkpoint.
-    torch::jit::Module copy = validation::make_builtin_model("transformer", /*seed=*/77);
-    auto optimizer = make_optimizer(copy);
-    checkpoint::RestoreOptions options;
-    options.device_map = {{"", device}};
-    const auto load_start = Clock::now();
-    const auto saved = checkpoint::load_training_state(path, copy, *optimizer, options);
-    const double load_seconds = since(load_start);
-    const at::Tensor outputs = outputs_on_cpu(copy, device, batch);
-    const double max_abs = (outputs - trained_outputs).abs().max().item<double>();
-    const double rel_l2 = ((outputs - trained_outputs).norm() / trained_outputs.norm()).item<double>();
-    const bool passed = saved.step == run.steps && rel_l2 <= tolerance.rtol;
-    loads_passed = loads_passed && passed;
-    report["loads"].push_back({{"backend", name}, {"device", device.str()}, {"load_seconds", load_seconds},
-                               {"max_abs_diff", max_abs}, {"rel_l2_diff", rel_l2}, {"passed", passed}});
+    loads.push_back(check_load(name, path, batch, trained_outputs));
   }
+  std::vector<validation::ValidationReport> validation_parts = {validate(run.model, backends, stage)};
 
-  validation::ValidatorOptions options;
-  options.backends = backends;
-  options.progress = [&](const std::string& backend, const std::string& step, int, int) {
-    if (step != "done") stage("validating: " + backend + " " + step);
-  };
-  const auto validation_report =
-      validation::Validator(options).validate(*validation::model_from(run.model),
-                                              std::vector<std::vector<int64_t>>{validation::builtin_model_info("transformer").input_shape});
-  nlohmann::json per_backend = nlohmann::json::array(), failures = nlohmann::json::array();
-  for (size_t b = 0; b < backends.size(); ++b) {
-    int passed = 0, total = 0;
-    double worst_output = 0, worst_gradient = 0;
-    for (const auto& c : validation_report.checks) {
-      if (c.backend != backends[b]) continue;
-      ++total;
-      passed += c.passed ? 1 : 0;
-      if (!c.passed) failures.push_back(c.backend + " " + c.check + " " + c.subject + ": " + c.detail);
-      if (c.metrics && c.check == "output") worst_output = std::max(worst_output, c.metrics->rel_l2_error);
-      if (c.metrics && c.check == "gradient") worst_gradient = std::max(worst_gradient, c.metrics->rel_l2_error);
+  if (!isolated.empty()) {
+    const std::string reference_path = directory + "/reference_outputs.safetensors";
+    checkpoint::save(reference_path, {{"batch", batch}, {"outputs", trained_outputs}});
+    for (const auto& name : isolated) {
+      stage("checking " + name + " in a child process");
+      ChildFindings findings = check_in_child(name, path, reference_path);
+      for (auto& item : findings.hardware) {
+        item["own_process"] = true;
+        hardware.push_back(item);
+      }
+      for (const auto& item : findings.loads) loads.push_back(item);
+      validation_parts.push_back(std::move(findings.validation));
+      backends.push_back(name);
     }
-    per_backend.push_back({{"backend", backends[b]}, {"passed", passed}, {"total", total},
-                           {"worst_output_rel_l2", worst_output}, {"worst_gradient_rel_l2", worst_gradient},
-                           {"seconds", validation_report.timings[b].seconds}});
   }
-  report["validation"] = {{"reference", validation_report.reference}, {"precision", validation_report.precision},
-                          {"valid", validation_report.is_valid()}, {"backends", per_backend}, {"failures", failures}};
+  report["hardware"] = hardware;
+
+  const auto& tolerance = validation::tolerance_for("fp32").output;
+  bool loads_passed = true;
+  for (auto& load : loads) {
+    const bool passed = !load.contains("error") && load["step"].get<int64_t>() == run.steps &&
+                        load["rel_l2_diff"].get<double>() <= tolerance.rtol;
+    load["passed"] = passed;
+    loads_passed = loads_passed && passed;
+  }
+  report["loads"] = loads;
+  const auto validation_report = merge_reports(validation_parts, backends);
+  report["validation"] = summarize_validation(validation_report);
   const bool passed = run.last_loss < run.first_loss && loads_passed && validation_report.is_valid();
   report["passed"] = passed;
   report["seconds"] = since(start);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <vector>
 
 namespace torchbridge::cli {
 

@@ -2,9 +2,11 @@
 // float64? Exit 0 only when every check passes.
 #include "arguments.h"
 #include "commands.h"
+#include "isolated_validation.h"
 #include "model_argument.h"
 #include "text_format.h"
 
+#include <torchbridge/registry.h>
 #include <torchbridge/validation/builtin_models.h>
 #include <torchbridge/validation/tolerances.h>
 #include <torchbridge/validation/validator.h>
@@ -12,15 +14,23 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <exception>
+#include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace torchbridge::cli {
 namespace {
 
 constexpr const char* kHelp = R"(usage: torchbridge validate --model builtin:NAME|FILE [--backends LIST] [--dtype PRECISION]
-                            [--input-shape SHAPE] [--seed N] [--json]
+                            [--input-shape SHAPE] [--seed N] [--isolate] [--json]
 
 Runs the model's forward and backward on the CPU in float64 (the reference) and on each backend,
 and checks outputs and gradients against the reference, NaN/Inf, determinism, a save-and-reload
@@ -34,6 +44,10 @@ round trip, and that device memory returns to its baseline. Exit 0 only when eve
   --input-shape e.g. 4,16,32 (several inputs: 4,16,32;4,16); required for a file, optional for
                 built-in models (default: the model's own)
   --seed        seed of the generated inputs (default 0)
+  --isolate     validate every backend but the CPU in a child process of its own, so one that
+                crashes is reported as a failed check instead of ending the run. SDK devices are
+                always validated in a child process when the list also names a native
+                accelerator such as cuda: PyTorch's autograd serves one accelerator per process.
   --json        the full report as JSON (every measured value), no progress display
 )";
 
@@ -47,6 +61,15 @@ std::vector<std::string> split_list(const std::string& text) {
   }
   if (items.empty()) throw UsageError("--backends is empty");
   return items;
+}
+
+std::string shapes_text(const std::vector<std::vector<int64_t>>& shapes) {
+  std::string text;
+  for (const auto& shape : shapes) {
+    if (!text.empty()) text += ";";
+    for (size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
+  }
+  return text;
 }
 
 std::vector<std::string> default_backends() {
@@ -108,7 +131,7 @@ void print_table(const validation::ValidationReport& report, const std::string& 
 
 int run_validate(const std::vector<std::string>& args) {
   const ParsedArguments parsed = parse_arguments(
-      "validate", args, {{"--json"}, {"--model", "--backends", "--dtype", "--input-shape", "--seed"}, false});
+      "validate", args, {{"--json", "--isolate"}, {"--model", "--backends", "--dtype", "--input-shape", "--seed"}, false});
   if (parsed.has("--help")) {
     std::cout << kHelp;
     return 0;
@@ -140,10 +163,33 @@ int run_validate(const std::vector<std::string>& args) {
       std::cerr << "\r\033[K[" << done + 1 << "/" << total << "] " << backend << ": " << step << std::flush;
     };
   }
-  // Backends and precision are checked here, before any work, so bad input gives no report.
-  const validation::Validator validator(options);
-  const auto source = validation::model_from(model.module);
-  const validation::ValidationReport report = validator.validate(*source, shapes);
+  // Backends that run in a child process each; the rest run here. The precision is checked and
+  // every backend name resolved first, so bad input gives no report.
+  validation::compute_dtype(options.precision);
+  const auto isolated = backends_for_child_processes(options.backends, parsed.has("--isolate"));
+  for (const auto& name : isolated) {
+    // An SDK device says whether it is available only by loading, which is the child's job.
+    if (BackendRegistry::instance().device_type_of(name) != c10::DeviceType::PrivateUse1) create_backend(name);
+  }
+  validation::ValidatorOptions here = options;
+  here.backends.clear();
+  for (const auto& name : options.backends) {
+    if (std::find(isolated.begin(), isolated.end(), name) == isolated.end()) here.backends.push_back(name);
+  }
+  std::vector<validation::ValidationReport> parts;
+  if (!here.backends.empty()) {
+    const validation::Validator validator(here);
+    const auto source = validation::model_from(model.module);
+    parts.push_back(validator.validate(*source, shapes));
+  }
+  const std::vector<std::string> child_args = {"--model", *model_spec, "--dtype", options.precision, "--input-shape",
+                                               shapes_text(shapes), "--seed", std::to_string(options.seed)};
+  for (const auto& name : isolated) {
+    if (show_progress) std::cerr << "\r\033[K" << name << ": validating in a child process" << std::flush;
+    parts.push_back(validate_in_child(name, child_args, options.precision));
+  }
+  if (show_progress) std::cerr << "\r\033[K" << std::flush;
+  const validation::ValidationReport report = merge_reports(parts, options.backends);
   if (json) {
     std::cout << validation::report_json(report) << "\n";
   } else {

@@ -9,7 +9,7 @@ cd "$ROOT"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # ---- 1. Debian packages -------------------------------------------------------------------------
-DEBIAN_PACKAGES=(cmake ninja-build ccache g++ pkg-config libgtest-dev nlohmann-json3-dev)
+DEBIAN_PACKAGES=(cmake ninja-build ccache g++ pkg-config libgtest-dev nlohmann-json3-dev iwyu)
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -45,6 +45,7 @@ if [[ ! -f build/build.ninja ]]; then
   log "configuring build/ (Ninja, ccache)"
   cmake -S . -B build -G Ninja \
     -DCMAKE_BUILD_TYPE="${TORCHBRIDGE_BUILD_TYPE:-Release}" \
+    -DTORCHBRIDGE_WERROR=ON \
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
     -DPython3_EXECUTABLE="$PY" >/dev/null
 fi

@@ -1,6 +1,7 @@
 // Stream entries: each tb_stream owns one non-blocking cudaStream_t of one device.
 #include <cuda_runtime_api.h>
 
+#include <memory>
 #include <new>
 
 #include "cuda_context.h"

@@ -1,5 +1,8 @@
 #include "emu_device.h"
 
+#include <optional>
+#include <utility>
+
 namespace torchbridge::emu {
 
 std::unique_ptr<EmuDevice> EmuDevice::create(int index, std::uint64_t capacity, bool guarded, std::string& error) {

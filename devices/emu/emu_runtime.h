@@ -14,6 +14,7 @@
 
 #include <torchbridge/sdk/runtime.h>
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>

@@ -4,6 +4,10 @@
 #include "last_error.h"
 
 #include <cstdio>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #ifndef TORCHBRIDGE_EMU_VERSION
 #error "TORCHBRIDGE_EMU_VERSION must be defined by the build (the project version)"

@@ -3,6 +3,13 @@
 
 #include "last_error.h"
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace torchbridge::emu {
 namespace {
 

@@ -6,6 +6,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
 
 namespace torchbridge::emu {
 namespace {

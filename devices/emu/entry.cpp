@@ -8,11 +8,15 @@
 #include <torchbridge/sdk/runtime.h>
 
 #include <cstring>
+#include <exception>
+#include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <type_traits>
+#include <utility>
 
 namespace torchbridge::emu {
 namespace {

@@ -1,6 +1,8 @@
 #include "last_error.h"
 
+#include <cstdint>
 #include <cstdio>
+#include <utility>
 
 namespace torchbridge::emu {
 namespace {

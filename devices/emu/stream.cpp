@@ -1,5 +1,7 @@
 #include "stream.h"
 
+#include <utility>
+
 namespace torchbridge::emu {
 
 Stream::Stream(int device, int priority, std::chrono::microseconds latency)

@@ -33,8 +33,14 @@ class BackendRegistry {
 
   // The backend for a name or alias, available or not. Unknown names raise, listing valid names.
   std::shared_ptr<Backend> lookup(const std::string& name) const;
-  // Like lookup(), but also raises with the backend's reason when it is unavailable.
+  // Like lookup(), but also raises with the backend's reason when it is unavailable, and when it
+  // is a native accelerator in a process that holds an SDK device (one_accelerator.h).
   std::shared_ptr<Backend> create(const std::string& name) const;
+
+  // The torch device type a name or alias stands for, without loading or initialising anything:
+  // a built-in adapter's type, or PrivateUse1 for the registered SDK device and for every device
+  // library the SDK could load. Unknown names raise like lookup().
+  c10::DeviceType device_type_of(const std::string& name) const;
 
   // Name of the best available backend: TORCHBRIDGE_BACKEND when set (validated, and it must be
   // available), otherwise the first available backend in priority order

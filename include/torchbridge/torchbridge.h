@@ -5,6 +5,7 @@
 #include <torchbridge/device_info.h>
 #include <torchbridge/health.h>
 #include <torchbridge/memory_stats.h>
+#include <torchbridge/one_accelerator.h>
 #include <torchbridge/privateuse1.h>
 #include <torchbridge/redirect.h>
 #include <torchbridge/registry.h>

@@ -1,8 +1,10 @@
 // torchbridge._C: the Python face of libtorchbridge. Descriptions cross as the same JSON the CLI
 // prints (cli/json_report.cpp), so there is one encoding of DeviceInfo and MemoryStats.
+#include "child_process.h"
 #include "commands.h"
 #include "json_report.h"
 
+#include <torchbridge/one_accelerator.h>
 #include <torchbridge/redirect.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/sdk/device.h>
@@ -18,7 +20,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
 
 namespace py = pybind11;
 using namespace torchbridge;
@@ -103,13 +112,16 @@ PYBIND11_MODULE(_C, m) {
     return to_string(parsed);
   });
 
-  m.def("resolve_device", [](const std::string& requested, const std::string& target) {
-    const DeviceResolution r = resolve_device(requested, target);
+  m.def("resolve_device", [](const std::string& requested, const std::string& target, bool explicit_target) {
+    const DeviceResolution r = resolve_device(requested, target,
+                                              explicit_target ? RedirectTarget::kExplicit : RedirectTarget::kDetected);
     return py::make_tuple(c10::DeviceTypeName(r.device.type(), true),
                           r.device.has_index() ? py::cast(int(r.device.index())) : py::none(), r.redirected,
                           r.index_wrapped);
   });
   m.def("load_device", &sdk::load_device, py::arg("name"));
+  m.def("check_backends_can_share_a_process", &check_backends_can_share_a_process, py::arg("backends"),
+        py::arg("what"));
   // Device selection of the PrivateUse1 device, answered by its registered guard (torch's own
   // torch.accelerator delegates to the device module, which is answered from here).
   m.def("privateuse1_current_device", [] {
@@ -158,8 +170,14 @@ PYBIND11_MODULE(_C, m) {
   torchbridge::python::bind_checkpoint(m);
   torchbridge::python::bind_validation(m);
 
-  m.def("run_cli", [](const std::vector<std::string>& argv) {
-    py::gil_scoped_release release;
-    return cli::run_cli(argv);
-  });
+  // `self_command` starts the tool again for work that runs in a child process (an SDK device
+  // beside CUDA in `validate`/`portability`); from Python that is the interpreter, not this process's binary.
+  m.def(
+      "run_cli",
+      [](const std::vector<std::string>& argv, const std::vector<std::string>& self_command) {
+        cli::set_self_invocation(self_command);
+        py::gil_scoped_release release;
+        return cli::run_cli(argv);
+      },
+      py::arg("argv"), py::arg("self_command"));
 }

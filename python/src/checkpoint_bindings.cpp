@@ -6,6 +6,12 @@
 
 #include <pybind11/stl.h>
 
+#include <array>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace py = pybind11;
 
 namespace torchbridge::python {

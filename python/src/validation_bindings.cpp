@@ -10,6 +10,13 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace py = pybind11;
 
 namespace torchbridge::python {

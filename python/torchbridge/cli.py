@@ -1,6 +1,7 @@
 """The ``torchbridge`` console script: ``info`` and ``doctor`` run the same C++ code as
 ``build/bin/torchbridge``; ``run`` (redirection) needs Python and lives here."""
 
+import faulthandler
 import os
 import runpy
 import sys
@@ -10,9 +11,13 @@ from . import _C
 
 _RUN_USAGE = """usage: torchbridge run SCRIPT [ARGS...]
 
-Runs an unmodified Python program with redirection on: requests for an accelerator this machine
-lacks (cuda, mps, xpu, ...) go to TORCHBRIDGE_BACKEND, or to the best available backend.
-TORCHBRIDGE_LOG_LEVEL=INFO logs each redirected call site once. The script's exit code is kept.
+Runs an unmodified Python program with redirection on. With TORCHBRIDGE_BACKEND set, every
+accelerator request (cuda, mps, xpu, ...) goes to that backend, even on a machine that has the
+requested one (TORCHBRIDGE_BACKEND=cpu on a CUDA machine runs on the CPU); without it, requests
+for accelerators this machine lacks go to the best available backend.
+TORCHBRIDGE_LOG_LEVEL=INFO logs each redirected call site once. The script's exit code is kept;
+a script that fails exits non-zero with its error on stderr, and one that crashes (a signal)
+prints the Python stack of every thread before the signal ends it.
 """
 
 
@@ -26,10 +31,15 @@ def _run(argv: "list[str]") -> int:
         return 1
     from . import redirect
 
+    # A crash in native code (a segfault in a device library, an abort) would otherwise end the
+    # program with no word on stderr; faulthandler prints every thread's Python stack first.
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    # Line by line, so what a program printed before a crash is not lost in a pipe's buffer.
+    sys.stdout.reconfigure(line_buffering=True)
     try:
         redirect.enable()
-    except (ValueError, RuntimeError, IndexError) as error:
-        print(f"torchbridge: run: {error}", file=sys.stderr)
+    except Exception as error:  # noqa: BLE001 - any failure to start is reported, never silent
+        print(f"torchbridge: run: cannot enable redirection: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
     sys.argv = [script] + list(argv[1:])
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
@@ -46,6 +56,10 @@ def _run(argv: "list[str]") -> int:
         return 1
     finally:
         redirect.disable()
+        # What the script printed reaches the terminal or pipe now, even if native code crashes
+        # while the interpreter shuts down.
+        sys.stdout.flush()
+        sys.stderr.flush()
     return 0
 
 
@@ -55,7 +69,7 @@ def _export(argv: "list[str]") -> int:
     options = _options(argv, ("--model", "--format", "--output", "--input-shape"))
     if options is None or options.get("--format") != "onnx":
         sys.stdout.flush()
-        return _C.run_cli(["export"] + list(argv))
+        return _C.run_cli(["export"] + list(argv), _SELF_COMMAND)
     try:
         import torch
 
@@ -108,6 +122,8 @@ def _options(argv: "list[str]", names) -> "dict[str, str] | None":
 
 
 _PYTHON_COMMANDS = {"run": _run, "export": _export}
+# How the C++ commands start this tool again for work in a child process (see cli/child_process.h).
+_SELF_COMMAND = [sys.executable, "-m", "torchbridge.cli"]
 
 
 def main(argv: "list[str] | None" = None) -> int:
@@ -115,7 +131,7 @@ def main(argv: "list[str] | None" = None) -> int:
     if argv and argv[0] in _PYTHON_COMMANDS:
         return _PYTHON_COMMANDS[argv[0]](argv[1:])
     sys.stdout.flush()
-    return _C.run_cli(argv)
+    return _C.run_cli(argv, _SELF_COMMAND)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """Loading TorchBridge SDK devices (e.g. the emulated accelerator ``emu``) into this process."""
 
+import contextlib
 import json
 import os
 import types
+import warnings
 
 import torch
 
@@ -21,8 +23,29 @@ def load(name: str) -> None:
     device that is already loaded does nothing; loading a second one raises, since PyTorch has a
     single PrivateUse1 slot.
     """
-    _C.load_device(name)
+    first_time = _C.registered_device() != name
+    _C.load_device(name)  # refuses, saying why, when this process already used CUDA (or another)
     _integrate_with_torch(name)
+    if first_time:
+        _warn_about_native_accelerators(name)
+
+
+#: Native accelerators of torch, by backend name, that an SDK device takes autograd away from.
+_NATIVE_ACCELERATORS = ("cuda", "rocm", "xpu", "mps")
+
+
+def _warn_about_native_accelerators(name: str) -> None:
+    """PyTorch's autograd serves one accelerator per process: once ``name`` is registered, a
+    backward pass on an available native accelerator would fail inside PyTorch. Loading is allowed
+    (the program may never use that accelerator), but never silently."""
+    available = [n for n in _NATIVE_ACCELERATORS if _C.lookup(n).availability()[0] == "available"]
+    if available:
+        warnings.warn(
+            f"SDK device '{name}' is now PyTorch's accelerator for autograd in this process; "
+            f"{', '.join(available)} is available here, but TorchBridge refuses it from now on and a backward "
+            f"pass on it through torch directly would fail inside PyTorch (one accelerator per process; "
+            f"docs/device-sdk.md). Use {available[0]} in another process.",
+            RuntimeWarning, stacklevel=3)
 
 
 def loaded() -> "str | None":
@@ -44,14 +67,28 @@ def reset_fallback_counts() -> None:
     _C.reset_fallback_counts()
 
 
+@contextlib.contextmanager
+def _torch_own_device_type():
+    """torch's own ``torch.device`` for the block. torch resolves a device module's name through
+    ``torch.device``; under redirection that may be replaced, and with the target ``cpu`` the name
+    ``emu`` would resolve to ``cpu`` (a program loading emu under ``torchbridge run`` failed)."""
+    current = torch.device
+    torch.device = torch._C.device
+    try:
+        yield
+    finally:
+        torch.device = current
+
+
 def _integrate_with_torch(name: str) -> None:
     if torch._C._get_privateuse1_backend_name() != name:
         torch.utils.rename_privateuse1_backend(name)
     if not hasattr(torch, name):
-        torch._register_device_module(name, _device_module(name))
-        torch.utils.generate_methods_for_privateuse1_backend(
-            for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
-        )
+        with _torch_own_device_type():
+            torch._register_device_module(name, _device_module(name))
+            torch.utils.generate_methods_for_privateuse1_backend(
+                for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+            )
 
 
 def _device_module(name: str) -> types.ModuleType:

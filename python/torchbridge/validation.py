@@ -84,6 +84,9 @@ class UnifiedValidator:
             backends = [b for b in backends.split(",")]
         if not backends or any(not isinstance(b, str) or not b for b in backends):
             raise ValueError(f"backends must be non-empty backend names, got {backends!r}")
+        # An SDK device beside CUDA (or another native accelerator) cannot share this process:
+        # refused, naming both and the way out, before anything is loaded.
+        _C.check_backends_can_share_a_process(list(backends), "validate")
         for name in backends:
             BackendFactory.create(name)  # raises naming the backend; loads SDK devices
         self.backends = list(backends)

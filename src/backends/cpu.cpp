@@ -7,6 +7,12 @@
 #include <malloc.h>
 #include <sys/utsname.h>
 
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace torchbridge::adapters {
 namespace {
 

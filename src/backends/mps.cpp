@@ -6,6 +6,11 @@
 #include <ATen/detail/MPSHooksInterface.h>
 #include <torch/version.h>
 
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
 namespace torchbridge::adapters {
 namespace {
 

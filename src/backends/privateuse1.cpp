@@ -8,7 +8,13 @@
 #include <c10/core/DeviceType.h>
 
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace torchbridge {
 namespace {

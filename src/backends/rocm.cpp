@@ -8,7 +8,12 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/version.h>
 
+#include <memory>
+#include <optional>
 #include <regex>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace torchbridge::adapters {
 namespace {

@@ -4,6 +4,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <memory>
+#include <string>
+
 namespace torchbridge::adapters {
 namespace {
 

@@ -7,6 +7,12 @@
 #include <ATen/detail/XPUHooksInterface.h>
 #include <torch/version.h>
 
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace torchbridge::adapters {
 namespace {
 

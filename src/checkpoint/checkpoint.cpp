@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <set>

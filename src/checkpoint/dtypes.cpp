@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <array>
+#include <string>
 
 namespace torchbridge::checkpoint {
 namespace {

@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstring>
+#include <iterator>
 
 namespace torchbridge::checkpoint {
 

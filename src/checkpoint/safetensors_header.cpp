@@ -4,7 +4,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdint>
+#include <memory>
 #include <set>
+#include <utility>
 
 namespace torchbridge::checkpoint {
 namespace {

@@ -3,7 +3,10 @@
 
 #include <torchbridge/checkpoint/safetensors.h>
 
+#include <map>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace torchbridge::checkpoint {
 

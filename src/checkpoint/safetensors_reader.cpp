@@ -13,6 +13,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace torchbridge::checkpoint {
 

@@ -15,8 +15,15 @@
 #include <caffe2/serialize/inline_container.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace torchbridge::checkpoint {
 namespace {

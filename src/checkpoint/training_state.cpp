@@ -13,6 +13,12 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <optional>
+
 namespace torchbridge::checkpoint {
 namespace {
 

@@ -1,10 +1,22 @@
 #include "core/accelerator_backend.h"
 
+#include <ATen/Context.h>
 #include <c10/util/Exception.h>
+
+#include <string>
 
 namespace torchbridge {
 
+void AcceleratorBackend::initialize() const {
+  // Torch initialises a device type lazily, on its first tensor. Until then, e.g., CUDA's caching
+  // allocator has no per-device state and answers statistics with "invalid device argument".
+  // This sets up torch's state for the type without creating a context on any device.
+  check_available();
+  at::globalContext().lazyInitDevice(type_);
+}
+
 const c10::impl::DeviceGuardImplInterface& AcceleratorBackend::guard() const {
+  initialize();
   TORCH_CHECK(c10::impl::hasDeviceGuardImpl(type_), "backend '", name(),
               "' has no device guard registered in this process: ", availability().reason);
   return *c10::impl::getDeviceGuardImpl(type_);
@@ -16,6 +28,7 @@ int AcceleratorBackend::guard_device_count() const {
 }
 
 c10::DeviceAllocator& AcceleratorBackend::allocator() const {
+  initialize();
   auto* device_allocator = dynamic_cast<c10::DeviceAllocator*>(c10::GetAllocator(type_));
   TORCH_CHECK(device_allocator != nullptr, "backend '", name(),
               "': torch's allocator for this device type is not a c10::DeviceAllocator, so it "

@@ -9,6 +9,9 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <optional>
+#include <utility>
+
 namespace torchbridge {
 
 class AcceleratorBackend : public Backend {
@@ -26,6 +29,9 @@ class AcceleratorBackend : public Backend {
   c10::Event new_event(bool enable_timing) const override;
 
  protected:
+  // Raises unless available; then has torch initialise this device type once (lazily, as its
+  // first tensor would), so allocator statistics and guards work before any tensor exists.
+  void initialize() const;
   // The guard registered for this device type; raises when none is (backend not compiled in).
   const c10::impl::DeviceGuardImplInterface& guard() const;
   // The torch allocator for this device type; raises when it is not a DeviceAllocator.

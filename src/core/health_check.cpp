@@ -7,6 +7,8 @@
 #include <ATen/ops/sum.h>
 
 #include <chrono>
+#include <exception>
+#include <string>
 
 namespace torchbridge {
 

@@ -4,6 +4,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <memory>
+#include <vector>
+
 namespace torchbridge {
 namespace {
 
@@ -25,7 +28,8 @@ c10::Device on(const Backend& backend, int requested_index, DeviceResolution& ou
 
 }  // namespace
 
-DeviceResolution resolve_device(const std::string& requested, const std::string& target_backend) {
+DeviceResolution resolve_device(const std::string& requested, const std::string& target_backend,
+                                RedirectTarget target_choice) {
   DeviceResolution out;
   if (requested == "cpu:-1") {
     out.redirected = true;
@@ -44,14 +48,16 @@ DeviceResolution resolve_device(const std::string& requested, const std::string&
     return out;
   }
   const int index = parsed.has_index() ? parsed.index() : -1;
-  if (const auto native = available_backend_for(parsed.type())) {
-    out.device = on(*native, index, out);
-    out.redirected = out.index_wrapped;
-    return out;
+  if (target_choice == RedirectTarget::kDetected) {
+    if (const auto native = available_backend_for(parsed.type())) {
+      out.device = on(*native, index, out);
+      out.redirected = out.index_wrapped;
+      return out;
+    }
   }
   const auto target = create_backend(target_backend);  // raises for unknown/unavailable targets
   out.device = on(*target, index, out);
-  out.redirected = true;
+  out.redirected = out.device.type() != parsed.type() || out.index_wrapped;
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include <torchbridge/registry.h>
 
+#include <torchbridge/one_accelerator.h>
+
 #include "backends/adapters.h"
 
 #include <c10/util/Exception.h>
@@ -7,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <utility>
 
 namespace torchbridge {
 namespace {
@@ -93,11 +96,27 @@ std::shared_ptr<Backend> BackendRegistry::lookup(const std::string& name) const 
                                       : "");
 }
 
+c10::DeviceType BackendRegistry::device_type_of(const std::string& name) const {
+  const std::string wanted = to_lower(name);
+  for (const auto& entry : entries()) {
+    if (entry.name == wanted ||
+        std::find(entry.aliases.begin(), entry.aliases.end(), wanted) != entry.aliases.end()) {
+      return entry.backend->device_type();
+    }
+  }
+  if (loadable_) {
+    const auto names = loadable_();
+    if (std::find(names.begin(), names.end(), wanted) != names.end()) return c10::DeviceType::PrivateUse1;
+  }
+  return lookup(name)->device_type();  // raises for unknown names, listing the valid ones
+}
+
 std::shared_ptr<Backend> BackendRegistry::create(const std::string& name) const {
   auto backend = lookup(name);
   const Availability availability = backend->availability();
   TORCH_CHECK(availability.available(), "backend '", backend->name(), "' is not available: ",
               availability.reason);
+  check_native_accelerator_may_be_used(*backend);
   return backend;
 }
 

@@ -6,6 +6,10 @@
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <optional>
+#include <string>
+
 namespace torchbridge::sdk {
 namespace {
 

@@ -10,6 +10,9 @@
 #include <ATen/ops/native_batch_norm.h>
 #include <torch/library.h>
 
+#include <optional>
+#include <string>
+
 namespace torchbridge::sdk {
 namespace {
 

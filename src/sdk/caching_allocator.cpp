@@ -12,10 +12,14 @@
 
 #include <c10/core/Device.h>
 
+#include <array>
+#include <cstddef>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace torchbridge::sdk {

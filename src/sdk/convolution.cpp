@@ -9,6 +9,12 @@
 #include <ATen/ops/convolution_backward.h>
 #include <torch/library.h>
 
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
 namespace torchbridge::sdk {
 namespace {
 

@@ -13,6 +13,9 @@
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/Event.h>
 
+#include <algorithm>
+#include <cstdint>
+
 namespace torchbridge::sdk {
 namespace {
 

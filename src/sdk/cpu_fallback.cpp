@@ -14,8 +14,15 @@
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace torchbridge::sdk {
 namespace {

@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/DispatchKeySet.h>
 
+#include <utility>
 #include <vector>
 
 namespace torchbridge::sdk {

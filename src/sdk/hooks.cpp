@@ -7,6 +7,10 @@
 
 #include <c10/core/StorageImpl.h>
 
+#include <algorithm>
+#include <optional>
+#include <utility>
+
 namespace torchbridge::sdk {
 
 void resize_storage_bytes(const c10::Storage& storage, size_t new_bytes) {

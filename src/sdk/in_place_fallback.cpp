@@ -7,7 +7,11 @@
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/from_blob.h>
 
+#include <cstdint>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace torchbridge::sdk {

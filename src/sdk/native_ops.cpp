@@ -18,6 +18,10 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <optional>
+#include <string>
+#include <utility>
+
 namespace torchbridge::sdk {
 namespace {
 

@@ -12,6 +12,7 @@
 #include "sdk/runtime_handle.h"
 #include "sdk/stream_registry.h"
 
+#include <torchbridge/one_accelerator.h>
 #include <torchbridge/privateuse1.h>
 #include <torchbridge/registry.h>
 
@@ -25,10 +26,15 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace torchbridge::sdk {
 namespace {
@@ -146,6 +152,7 @@ void register_runtime(const tb_runtime* table) {
     TORCH_CHECK(c10::get_privateuse1_backend() == name, "PrivateUse1 was already renamed to '",
                 c10::get_privateuse1_backend(), "'; cannot register device '", name, "'");
   }
+  check_sdk_device_may_register(name);
 
   set_runtime(table);
   const int count = runtime().device_count();

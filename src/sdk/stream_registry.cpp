@@ -2,9 +2,12 @@
 
 #include "sdk/runtime_handle.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
+#include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace torchbridge::sdk {

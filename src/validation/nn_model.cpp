@@ -4,6 +4,12 @@
 
 #include <torch/nn/modules/container/any.h>
 
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace torchbridge::validation {
 namespace {
 

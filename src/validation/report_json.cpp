@@ -1,14 +1,26 @@
 #include <torchbridge/validation/tolerances.h>
 #include <torchbridge/validation/validator.h>
 
+#include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace torchbridge::validation {
 namespace {
 
 nlohmann::json number(double value) { return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(); }
+
+// JSON null is how a non-finite error was written; it reads back as NaN (unknown, not zero).
+double number_from(const nlohmann::json& value) {
+  return value.is_null() ? std::numeric_limits<double>::quiet_NaN() : value.get<double>();
+}
 
 }  // namespace
 
@@ -50,6 +62,47 @@ std::string report_json(const ValidationReport& report, int indent) {
       {"tolerances", tolerances},
   };
   return out.dump(indent);
+}
+
+ValidationReport report_from_json(const std::string& text) {
+  nlohmann::json in;
+  try {
+    in = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    TORCH_CHECK_VALUE(false, "not a validation report: the JSON does not parse (", e.what(), ")");
+  }
+  TORCH_CHECK_VALUE(in.is_object() && in.value("schema", "") == "torchbridge.validation/1",
+                    "not a validation report: expected schema 'torchbridge.validation/1'");
+  try {
+    ValidationReport report;
+    report.model_kind = in.at("model_kind").get<std::string>();
+    report.precision = in.at("precision").get<std::string>();
+    report.reference = in.at("reference").get<std::string>();
+    report.backends = in.at("backends").get<std::vector<std::string>>();
+    for (const auto& c : in.at("checks")) {
+      CheckRecord record{c.at("backend").get<std::string>(), c.at("device").get<std::string>(),
+                         c.at("check").get<std::string>(),   c.at("subject").get<std::string>(),
+                         c.at("passed").get<bool>(),         std::nullopt,
+                         c.at("detail").get<std::string>()};
+      if (c.contains("rel_l2_error")) {
+        record.metrics = Metrics{number_from(c.at("max_abs_error")), number_from(c.at("max_rel_error")),
+                                 number_from(c.at("rel_l2_error")), number_from(c.at("cosine_similarity"))};
+      }
+      report.checks.push_back(std::move(record));
+    }
+    report.not_checked = in.at("not_checked").get<std::vector<std::string>>();
+    const auto& seconds = in.at("seconds");
+    report.reference_seconds = seconds.at("reference").get<double>();
+    // Timings in the order of the backends list (a JSON object keeps no order of its own).
+    for (const auto& backend : report.backends) {
+      if (seconds.at("backends").contains(backend)) {
+        report.timings.push_back({backend, seconds.at("backends").at(backend).get<double>()});
+      }
+    }
+    return report;
+  } catch (const nlohmann::json::exception& e) {
+    TORCH_CHECK_VALUE(false, "malformed validation report: ", e.what());
+  }
 }
 
 }  // namespace torchbridge::validation

@@ -7,8 +7,11 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <tuple>
+#include <utility>
 
 namespace torchbridge::validation {
 

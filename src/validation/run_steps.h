@@ -5,7 +5,10 @@
 
 #include <torchbridge/module_state.h>
 
+#include <functional>
 #include <map>
+#include <string>
+#include <vector>
 
 namespace torchbridge::validation {
 

@@ -2,12 +2,15 @@
 
 #include "validation/comparison.h"
 
+#include <torchbridge/one_accelerator.h>
 #include <torchbridge/registry.h>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <exception>
 #include <iomanip>
 #include <map>
 #include <sstream>
@@ -48,6 +51,9 @@ std::string format_bytes(int64_t bytes) { return std::to_string(bytes) + " B"; }
 
 // Libraries behind these backends (cuBLAS, cuDNN, oneDNN, MPS graphs) allocate workspaces on
 // first use and keep them; a warm-up run before the memory baseline keeps those out of the count.
+// The warm-up must include the backward pass: autograd runs it on its own device thread, and
+// cuBLAS keeps a separate handle and workspace (32 MiB on an H100) per thread and stream, so a
+// forward-only warm-up left the backward's workspace to be counted as a leak.
 bool needs_warm_up(c10::DeviceType type) {
   return type == c10::DeviceType::CUDA || type == c10::DeviceType::XPU || type == c10::DeviceType::MPS;
 }
@@ -126,7 +132,15 @@ class BackendValidation {
   template <typename Progress>
   void run(const Progress& progress) {
     const bool memory = device_.type() != c10::kCPU;
-    if (memory && needs_warm_up(device_.type())) model_.place(device_, dtype_, storage_)->run(inputs_, nullptr);
+    try {
+      if (memory && needs_warm_up(device_.type())) {
+        progress("warm-up");
+        model_.place(device_, dtype_, storage_)->run(inputs_, reference_.weights);
+      }
+    } catch (const std::exception& e) {
+      record("run", "model", false, std::nullopt, "failed on " + device_.str() + ": " + error_summary(e.what()));
+      return;  // nothing else can be checked, and no baseline was taken
+    }
     MemoryStats baseline;
     if (memory) baseline = settled_memory();
     else report_.not_checked.push_back(name_ + ": memory — the CPU backend's statistics are process RSS, which "
@@ -384,6 +398,7 @@ std::vector<int64_t> parse_shape(const std::string& text) {
 Validator::Validator(ValidatorOptions options) : options_(std::move(options)) {
   TORCH_CHECK_VALUE(!options_.backends.empty(), "no backends to validate on");
   compute_dtype(options_.precision);
+  check_backends_can_share_a_process(options_.backends, "validate");
   for (const auto& name : options_.backends) backends_.push_back(create_backend(name));
 }
 
@@ -400,8 +415,8 @@ ValidationReport Validator::validate(const ModelSource& model, const std::vector
   report.model_kind = model.kind();
   report.precision = options_.precision;
   report.backends = options_.backends;
-  const int steps_per_backend = 3;
-  const int total = 1 + steps_per_backend * static_cast<int>(backends_.size());
+  int total = 1;  // the reference, then per backend: [warm-up,] run and compare, determinism, memory
+  for (const auto& backend : backends_) total += needs_warm_up(backend->device_type()) ? 4 : 3;
   int done = 0;
   const auto progress = [&](const std::string& backend, const std::string& step) {
     if (options_.progress) options_.progress(backend, step, done, total);

@@ -14,14 +14,14 @@
 
 namespace torchbridge::contract {
 
-// Backend names under test, decided once per process.
+// Backend names under test, decided once per process without loading or initialising anything.
 const std::vector<std::string>& contract_backends();
-// Why the SDK device could not be loaded, or "" when it was.
-const std::string& sdk_load_error();
 
 class Contract : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { backend_ = create_backend(GetParam()); }
+  // Creates the backend (loading the SDK device on first use); skips, saying why, when this
+  // process already holds another accelerator.
+  void SetUp() override;
   Backend& backend() { return *backend_; }
   c10::Device device(int index = 0) { return backend_->device(index); }
   bool is_cpu() const { return GetParam() == "cpu"; }

@@ -2,8 +2,16 @@
 // differentiable, backward. Inputs are generated on the CPU with a fixed seed and copied over.
 #include "contract.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <exception>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace torchbridge::contract {
 namespace {
@@ -38,8 +46,6 @@ Tensor make_input(const Input& in) {
   }
   return {};
 }
-
-Tensor first(const std::tuple<Tensor, Tensor>& t) { return std::get<0>(t); }
 
 const Input M{{4, 5}}, N{{4, 5}}, P{{4, 5}, Kind::kPositive}, U{{4, 5}, Kind::kUnit}, A1{{4, 5}, Kind::kAboveOne};
 const Input IMG{{2, 3, 8, 8}}, SEQ{{2, 3, 10}}, MASK{{4, 5}, Kind::kMask}, I1{{4, 5}, Kind::kInt}, I2{{4, 5}, Kind::kInt};

@@ -4,6 +4,11 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
 namespace torchbridge {
 namespace {
 

@@ -9,9 +9,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <map>
 #include <random>
 #include <set>
+#include <string>
+#include <utility>
 
 namespace torchbridge::checkpoint {
 namespace {

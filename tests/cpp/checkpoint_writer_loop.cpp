@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;

@@ -11,9 +11,15 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace torchbridge {
 namespace {
@@ -63,7 +69,9 @@ TEST(Cli, InfoJsonListsEveryBackendWithItsStatus) {
     EXPECT_EQ(b["status"], to_string(a.status));
     EXPECT_EQ(b["device_count"], entries[i].backend->device_count());
     EXPECT_EQ(b["devices"].size(), static_cast<size_t>(entries[i].backend->device_count()));
-    if (!a.available()) EXPECT_EQ(b["reason"], a.reason);
+    if (!a.available()) {
+      EXPECT_EQ(b["reason"], a.reason);
+    }
   }
 }
 
@@ -118,7 +126,9 @@ TEST(Cli, DoctorIsHealthyHereAndChecksEveryDevice) {
   int devices = 0;
   for (const auto& entry : BackendRegistry::instance().entries()) devices += entry.backend->device_count();
   EXPECT_EQ(health_checks, devices);
-  if (r.exit_code == 0) EXPECT_EQ(json["outcome"], "ok");
+  if (r.exit_code == 0) {
+    EXPECT_EQ(json["outcome"], "ok");
+  }
 }
 
 TEST(Cli, DoctorFailsWhenTheOverrideNamesABadBackend) {

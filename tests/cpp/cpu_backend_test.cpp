@@ -11,10 +11,16 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace torchbridge {
 namespace {

@@ -2,13 +2,22 @@
 // still checked against torch's own view.
 #include "backends/cuda_driver.h"
 
+#include <torchbridge/one_accelerator.h>
 #include <torchbridge/registry.h>
+#include <torchbridge/sdk/device.h>
+#include <torchbridge/validation/validator.h>
 
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
 #include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
 
 #ifdef TORCHBRIDGE_HAVE_CUDA_H
 #include <cuda.h>
@@ -67,6 +76,47 @@ TEST(CudaBackend, MemoryStatsMoveWithAllocations) {
   backend->empty_cache();
   backend->reset_peak_memory_stats(0);
   EXPECT_EQ(*backend->memory_stats(0).peak_allocated_bytes, before);
+}
+
+// CTest runs every test in a fresh process, so this one asks before torch has touched CUDA: torch
+// sets up its caching allocator lazily, on the first tensor, and until then answered statistics
+// with "invalid device argument".
+TEST(CudaBackend, StatisticsAndDescriptionWorkBeforeTheFirstTensor) {
+  if (!cuda()->is_available()) GTEST_SKIP() << "no NVIDIA GPU: " << cuda()->availability().reason;
+  auto backend = cuda();
+  const MemoryStats stats = backend->memory_stats(0);
+  EXPECT_EQ(stats.allocated_bytes.value_or(-1), 0);
+  EXPECT_TRUE(stats.total_bytes.has_value());
+  backend->reset_peak_memory_stats(0);
+  backend->empty_cache();
+  EXPECT_TRUE(backend->info(0).free_memory_bytes.has_value());
+}
+
+// PyTorch's autograd serves one accelerator per process; a registered SDK device would become it
+// and every CUDA backward pass would die in an internal assert. Both orders are refused clearly.
+TEST(CudaBackend, AnSdkDeviceIsRefusedOnceCudaIsInUse) {
+  if (!cuda()->is_available()) GTEST_SKIP() << "no NVIDIA GPU: " << cuda()->availability().reason;
+  const at::Tensor on_gpu = at::ones({4}, at::TensorOptions().device(cuda()->device(0)));
+  ASSERT_TRUE(native_accelerator_in_use().has_value());
+  try {
+    sdk::load_device("emu");
+    FAIL() << "emu was registered in a process that already uses CUDA";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(e.msg().find("one accelerator per process"), std::string::npos) << e.msg();
+    EXPECT_NE(e.msg().find("cuda (device 0 has a CUDA context)"), std::string::npos) << e.msg();
+  }
+  EXPECT_FALSE(sdk::registered_device().has_value());
+}
+
+TEST(CudaBackend, CudaIsRefusedOnceAnSdkDeviceIsRegistered) {
+  if (!cuda()->is_available()) GTEST_SKIP() << "no NVIDIA GPU: " << cuda()->availability().reason;
+  sdk::load_device("emu");
+  try {
+    create_backend("cuda");
+    FAIL() << "the cuda backend was handed out in a process that holds emu";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(e.msg().find("SDK device 'emu' is registered"), std::string::npos) << e.msg();
+  }
 }
 
 TEST(CudaBackend, StreamsAndTimedEvents) {

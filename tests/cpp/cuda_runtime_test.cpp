@@ -440,7 +440,9 @@ TEST_F(CudaRuntimeGpu, QueriesReportPendingWorkAsNotReady) {
   for (int32_t priority : {-100, -1, 0, 1, 100}) {
     tb_stream s = nullptr;
     TB_EXPECT_OK(rt_->stream_create(ctx(), 0, priority, &s));
-    if (s != nullptr) TB_EXPECT_OK(rt_->stream_destroy(ctx(), s));
+    if (s != nullptr) {
+      TB_EXPECT_OK(rt_->stream_destroy(ctx(), s));
+    }
   }
 
   TB_EXPECT_OK(rt_->event_destroy(ctx(), done));

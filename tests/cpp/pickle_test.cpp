@@ -6,6 +6,9 @@
 
 #include "error_message.h"
 
+#include <limits>
+#include <stdexcept>
+
 namespace torchbridge::checkpoint {
 namespace {
 

@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
 
+#include <memory>
+#include <string>
+#include <vector>
+
 namespace torchbridge {
 namespace {
 

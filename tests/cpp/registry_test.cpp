@@ -7,7 +7,9 @@
 
 #include "error_message.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 namespace torchbridge {
 namespace {

@@ -10,7 +10,13 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace torchbridge::sdk {
 namespace {
@@ -20,6 +26,36 @@ using test_support::error_of;
 c10::Device emu(int index = 0) {
   load_device("emu");
   return c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index));
+}
+
+// A device is loaded by the name in its file, libtorchbridge_device_NAME.so, and must register
+// that same name; the CUDA runtime was once built as ..._cuda.so while registering "cudasdk", so
+// `devices.load("cudasdk")` could not find it.
+TEST(Sdk, EveryDeviceLibraryRegistersTheNameItsFileCarries) {
+  const auto names = available_devices();
+  ASSERT_NE(std::find(names.begin(), names.end(), "emu"), names.end());
+#ifdef TORCHBRIDGE_BUILT_CUDASDK
+  EXPECT_NE(std::find(names.begin(), names.end(), "cudasdk"), names.end())
+      << "the CUDA toolkit was found at build time, so libtorchbridge_device_cudasdk.so must be there";
+#endif
+  Dl_info self{};
+  ASSERT_NE(dladdr(reinterpret_cast<const void*>(&load_device), &self), 0);
+  const std::string library_dir = std::string(self.dli_fname).substr(0, std::string(self.dli_fname).rfind('/'));
+  for (const auto& name : names) {
+    const std::string path = library_dir + "/libtorchbridge_device_" + name + ".so";
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(handle, nullptr) << dlerror();
+    const auto entry = reinterpret_cast<tb_runtime_entry_fn>(dlsym(handle, TB_RUNTIME_ENTRY_SYMBOL));
+    ASSERT_NE(entry, nullptr) << path;
+    const char* error = nullptr;
+    const tb_runtime* table = entry(&error);
+    if (table == nullptr) {
+      // A device whose hardware is absent cannot start (cudasdk without a GPU); it says why.
+      EXPECT_NE(error, nullptr) << path;
+      continue;
+    }
+    EXPECT_STREQ(table->name, name.c_str()) << path;
+  }
 }
 
 // native_batch_norm's schema does not mark the running statistics as written; a fallback that

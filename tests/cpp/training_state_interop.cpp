@@ -14,8 +14,12 @@
 #include <torch/optim/sgd.h>
 
 #include <cstdio>
+#include <exception>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 

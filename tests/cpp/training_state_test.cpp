@@ -13,6 +13,7 @@
 
 #include "error_message.h"
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 

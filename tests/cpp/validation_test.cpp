@@ -3,6 +3,7 @@
 #include "error_message.h"
 #include "validation/comparison.h"
 
+#include <torchbridge/one_accelerator.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/validation/builtin_models.h>
 #include <torchbridge/validation/tolerances.h>
@@ -12,6 +13,11 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace torchbridge::validation {
 namespace {
@@ -138,6 +144,41 @@ TEST(Validator, BadInputIsRefusedBeforeAnyReport) {
   EXPECT_NE(wrong.find("mat1 and mat2 shapes cannot be multiplied"), std::string::npos) << wrong;
   EXPECT_NE(error_of([] { parse_shape("4,-1"); }).find("bad entry '-1'"), std::string::npos);
   EXPECT_EQ(parse_shape("4,16,32"), (std::vector<int64_t>{4, 16, 32}));
+}
+
+// An SDK device and a native accelerator cannot share a process for autograd; the Validator says
+// so before loading or running anything (the names alone decide, so this holds on any machine).
+TEST(Validator, AnSdkDeviceBesideANativeAcceleratorIsRefusedBeforeLoading) {
+  const std::string error = error_of([] { Validator({{"cpu", "cuda", "emu"}, "fp32"}); });
+  EXPECT_NE(error.find("cannot validate on SDK device 'emu' and native accelerator 'cuda' in one process"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(registered_privateuse1_device().has_value()) << "the refusal must come before emu is loaded";
+}
+
+TEST(ValidationReportJson, ReadsBackWhatItWrote) {
+  const auto transformer = make_builtin_model("transformer");
+  const ValidationReport written = Validator({{"cpu"}, "fp32"}).validate(
+      *model_from(transformer), std::vector<std::vector<int64_t>>{builtin_model_info("transformer").input_shape});
+  const ValidationReport read = report_from_json(report_json(written));
+  EXPECT_EQ(read.model_kind, written.model_kind);
+  EXPECT_EQ(read.reference, written.reference);
+  EXPECT_EQ(read.backends, written.backends);
+  ASSERT_EQ(read.checks.size(), written.checks.size());
+  for (size_t i = 0; i < read.checks.size(); ++i) {
+    EXPECT_EQ(read.checks[i].subject, written.checks[i].subject);
+    EXPECT_EQ(read.checks[i].passed, written.checks[i].passed);
+    EXPECT_EQ(read.checks[i].metrics.has_value(), written.checks[i].metrics.has_value());
+    if (read.checks[i].metrics) {
+      EXPECT_DOUBLE_EQ(read.checks[i].metrics->rel_l2_error, written.checks[i].metrics->rel_l2_error);
+    }
+  }
+  EXPECT_EQ(read.not_checked, written.not_checked);
+  ASSERT_EQ(read.timings.size(), 1u);
+  EXPECT_EQ(read.timings[0].backend, "cpu");
+  EXPECT_NE(error_of([] { report_from_json("{\"schema\": \"other\"}"); }).find("not a validation report"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { report_from_json("[1,"); }).find("does not parse"), std::string::npos);
 }
 
 }  // namespace

@@ -149,6 +149,34 @@ def test_run_preserves_the_scripts_exit_code_and_reports_errors(tmp_path):
     assert bad_level.returncode == 1 and "TORCHBRIDGE_LOG_LEVEL" in bad_level.stderr
 
 
+def test_run_honours_an_explicit_target_for_devices_that_exist(tmp_path):
+    # The CPU-machine analogue of TORCHBRIDGE_BACKEND=cpu on a CUDA machine: emu exists in the
+    # process, yet the named target takes the request.
+    (tmp_path / "prog.py").write_text(
+        "import torch, torchbridge\ntorchbridge.devices.load('emu')\nprint(torch.ones(2, device='emu:1').device)\n")
+    to_cpu = run_cli("run", "prog.py", env={"TORCHBRIDGE_BACKEND": "cpu"}, cwd=tmp_path)
+    assert to_cpu.returncode == 0 and to_cpu.stdout.strip() == "cpu", to_cpu.stderr
+    detected = run_cli("run", "prog.py", env={"TORCHBRIDGE_BACKEND": ""}, cwd=tmp_path)
+    assert detected.returncode == 0 and detected.stdout.strip() == "emu:1", detected.stderr
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_run_sends_cuda_to_an_explicit_target_on_a_gpu_machine(tmp_path):
+    (tmp_path / "prog.py").write_text("import torch\nprint(torch.ones(2).cuda().device)\n")
+    for target, expected in (("cpu", "cpu"), ("emu", "emu:0"), ("cuda", "cuda:0")):
+        result = run_cli("run", "prog.py", env={"TORCHBRIDGE_BACKEND": target}, cwd=tmp_path)
+        assert result.returncode == 0 and result.stdout.strip() == expected, (target, result.stderr)
+
+
+def test_a_crash_under_run_is_never_silent(tmp_path):
+    # What the program printed survives, the exit code says it failed, and stderr says where.
+    (tmp_path / "crash.py").write_text("import ctypes\nprint('before the crash')\nctypes.string_at(0)\n")
+    crash = run_cli("run", "crash.py", env={"TORCHBRIDGE_BACKEND": "cpu"}, cwd=tmp_path)
+    assert crash.returncode != 0
+    assert crash.stdout.strip() == "before the crash"
+    assert "Segmentation fault" in crash.stderr and "crash.py" in crash.stderr
+
+
 def test_run_logs_call_sites_and_a_summary_when_asked(tmp_path):
     (tmp_path / "prog.py").write_text("import torch\nx = torch.ones(2).cuda()\ny = torch.zeros(1, device='cuda')\n")
     result = run_cli("run", "prog.py", env={"TORCHBRIDGE_BACKEND": "emu", "TORCHBRIDGE_LOG_LEVEL": "INFO"},

@@ -135,6 +135,12 @@ def test_unknown_and_unavailable_backends_raise_before_any_work():
         UnifiedValidator(backends=["cuda"])
 
 
+def test_an_sdk_device_beside_a_native_accelerator_is_refused_in_one_process():
+    # PyTorch's autograd serves one accelerator per process: the names alone decide, on any machine.
+    with pytest.raises(ValueError, match="cannot validate on SDK device 'emu' and native accelerator 'cuda' in one process"):
+        UnifiedValidator(backends=["cpu", "cuda", "emu"])
+
+
 def validate_cli(*args, env=None):
     full_env = dict(os.environ, **(env or {}))
     return subprocess.run([CONSOLE_SCRIPT, "validate", *args], capture_output=True, text=True, env=full_env,
@@ -218,3 +224,48 @@ def test_cli_validates_a_torchscript_file(tmp_path):
     not_a_model.write_bytes(b"not a zip")
     bad = validate_cli("--model", str(not_a_model), "--input-shape", "3,8")
     assert bad.returncode == 1 and "not a TorchScript module" in bad.stderr
+
+
+CPP_CLI = os.environ.get("TORCHBRIDGE_CLI_PATH")
+
+
+def comparable(report):
+    return [(c["backend"], c["check"], c["subject"], c["passed"], c.get("rel_l2_error")) for c in report["checks"]
+            if c["check"] != "memory"]
+
+
+@pytest.mark.parametrize("tool", ["python", "cpp"])
+def test_isolate_validates_in_a_child_process_with_the_same_result(tool):
+    """--isolate runs emu in a child process of the same tool (the Python console script restarts
+    Python, the C++ binary itself) and merges its report: the same checks and the same numbers."""
+    if tool == "cpp" and not CPP_CLI:
+        pytest.skip("TORCHBRIDGE_CLI_PATH is not set (CTest sets it)")
+    command = [CONSOLE_SCRIPT] if tool == "python" else [CPP_CLI]
+    args = ["validate", "--model", "builtin:mlp", "--backends", "cpu,emu", "--json"]
+    together = subprocess.run(command + args, capture_output=True, text=True, timeout=300)
+    isolated = subprocess.run(command + args + ["--isolate"], capture_output=True, text=True, timeout=300)
+    assert together.returncode == 0 and isolated.returncode == 0, isolated.stderr + together.stderr
+    one, two = json.loads(together.stdout), json.loads(isolated.stdout)
+    assert two["valid"] and two["backends"] == ["cpu", "emu"]
+    assert comparable(one) == comparable(two)
+    assert set(two["seconds"]["backends"]) == {"cpu", "emu"}
+
+
+def test_isolated_faults_are_still_caught():
+    run = validate_cli("--model", "builtin:transformer", "--backends", "cpu,emu", "--isolate", "--json",
+                       env={"TORCHBRIDGE_EMU_FAULT": "leak"})
+    assert run.returncode == 1, run.stdout
+    failed = {(c["backend"], c["check"]) for c in json.loads(run.stdout)["checks"] if not c["passed"]}
+    assert failed == {("emu", "memory")}
+
+
+def test_a_child_that_fails_is_a_failed_check_not_a_lost_run():
+    run = validate_cli("--model", "builtin:mlp", "--backends", "cpu,emu", "--isolate", "--json",
+                       env={"TORCHBRIDGE_EMU_DEVICES": "many"})
+    assert run.returncode == 1
+    report = json.loads(run.stdout)
+    assert not report["valid"]
+    emu = [c for c in report["checks"] if c["backend"] == "emu"]
+    assert len(emu) == 1 and emu[0]["check"] == "run" and not emu[0]["passed"]
+    assert "exited with code 1" in emu[0]["detail"] and "TORCHBRIDGE_EMU_DEVICES" in emu[0]["detail"]
+    assert all(c["passed"] for c in report["checks"] if c["backend"] == "cpu")

@@ -4,6 +4,12 @@
 
 #include <torchbridge/checkpoint/safetensors.h>
 
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace torchbridge::checkpoint {
 
 class Checkpoint {

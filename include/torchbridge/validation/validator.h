@@ -156,4 +156,7 @@ namespace torchbridge::validation {
 // The report as JSON (schema in docs/cli-json.md): every check with every measured value.
 // Non-finite errors are written as null (JSON has no NaN or Infinity).
 std::string report_json(const ValidationReport& report, int indent = 2);
+// A report read back from report_json()'s text (e.g. from a child process); raises (ValueError)
+// naming what is malformed.
+ValidationReport report_from_json(const std::string& json);
 }  // namespace torchbridge::validation

@@ -7,6 +7,7 @@ the CPU, ``cpu:-1`` forces the CPU, and device indices wrap onto the devices tha
 
 import atexit
 import contextlib
+import os
 
 import torch
 
@@ -20,18 +21,23 @@ _active = None  # (Redirector, Patcher) while enabled
 
 def enable(target: "str | None" = None) -> str:
     """Turns redirection on towards ``target`` (a backend name; default ``TORCHBRIDGE_BACKEND`` or
-    ``detect_best_backend()``). Naming an SDK device loads it. Returns the target's name."""
+    ``detect_best_backend()``). Naming an SDK device loads it. Returns the target's name.
+
+    A named target (the argument or ``TORCHBRIDGE_BACKEND``) takes every accelerator request, also
+    for devices this machine has: ``TORCHBRIDGE_BACKEND=cpu`` on a CUDA machine runs on the CPU.
+    A detected target takes only the requests for accelerators this process cannot use."""
     global _active
     if _active is not None:
         raise RuntimeError(f"redirection is already enabled (target '{_active[0].target}'); disable() it first")
     configure_logging()
+    explicit = target is not None or bool(os.environ.get("TORCHBRIDGE_BACKEND", "").strip())
     name = _C.lookup(target or detect_best_backend()).name  # raises for unknown names
     status, reason = _C.lookup(name).availability()
     if status != "available":
         raise RuntimeError(f"cannot redirect to '{name}': {reason}")
     if name == _C.registered_device():
         devices._integrate_with_torch(name)
-    redirector, patcher = Redirector(name), Patcher()
+    redirector, patcher = Redirector(name, explicit), Patcher()
     from . import _patches
 
     try:
@@ -63,7 +69,8 @@ def resolve(device) -> torch.device:
     """Where ``device`` goes under the active redirection (or under detection when inactive)."""
     if _active is not None:
         return _active[0].resolve(device)
-    return Redirector(detect_best_backend()).resolve(device)
+    explicit = bool(os.environ.get("TORCHBRIDGE_BACKEND", "").strip())
+    return Redirector(detect_best_backend(), explicit).resolve(device)
 
 
 @contextlib.contextmanager

@@ -43,8 +43,11 @@ def _call_site():
 
 
 class Redirector:
-    def __init__(self, target: str):
+    def __init__(self, target: str, explicit: bool = True):
+        """``explicit``: the user named the target (argument or TORCHBRIDGE_BACKEND), so it takes
+        every accelerator request; a detected target takes only requests for missing devices."""
         self.target = target
+        self.explicit = explicit
         self._cache = {}
         self._logged_sites = set()
         self._warned_indices = set()
@@ -79,7 +82,7 @@ class Redirector:
             return _ORIGINAL_DEVICE("cpu")
         cached = self._cache.get(requested)
         if cached is None:
-            device_type, index, redirected, wrapped = _C.resolve_device(requested, self.target)
+            device_type, index, redirected, wrapped = _C.resolve_device(requested, self.target, self.explicit)
             used = _ORIGINAL_DEVICE(device_type) if index is None else _ORIGINAL_DEVICE(device_type, index)
             cached = self._cache[requested] = (used, redirected, wrapped)
         used, redirected, wrapped = cached

@@ -1,0 +1,75 @@
+#include "isolated_validation.h"
+
+#include "child_process.h"
+
+#include <torchbridge/one_accelerator.h>
+#include <torchbridge/registry.h>
+
+#include <algorithm>
+#include <exception>
+#include <optional>
+
+namespace torchbridge::cli {
+
+std::vector<std::string> backends_for_child_processes(const std::vector<std::string>& backends, bool isolate_all) {
+  if (!isolate_all) return sdk_devices_needing_own_process(backends);
+  std::vector<std::string> isolated;
+  for (const auto& name : backends) {
+    if (BackendRegistry::instance().device_type_of(name) != c10::DeviceType::CPU) isolated.push_back(name);
+  }
+  return isolated;
+}
+
+validation::ValidationReport validate_in_child(const std::string& backend, const std::vector<std::string>& validate_args,
+                                               const std::string& precision) {
+  std::vector<std::string> args = {"validate", "--json", "--backends", backend};
+  args.insert(args.end(), validate_args.begin(), validate_args.end());
+  std::string failure;
+  try {
+    const ChildResult child = run_self(args);
+    try {
+      return validation::report_from_json(child.out);
+    } catch (const std::exception&) {
+      failure = "the child process validating it " + child.describe_exit() + " without a report";
+      if (const std::string line = child.last_error_line(); !line.empty()) failure += ": " + line;
+    }
+  } catch (const std::exception& e) {
+    failure = std::string("cannot start a child process to validate it: ") + e.what();
+  }
+  validation::ValidationReport report;
+  report.precision = precision;
+  report.backends = {backend};
+  report.checks.push_back({backend, backend, "run", "model", false, std::nullopt, failure});
+  return report;
+}
+
+validation::ValidationReport merge_reports(const std::vector<validation::ValidationReport>& parts,
+                                           const std::vector<std::string>& backends) {
+  validation::ValidationReport merged;
+  merged.backends = backends;
+  for (const auto& part : parts) {
+    if (merged.precision.empty()) merged.precision = part.precision;
+    if (merged.reference.empty() && !part.reference.empty()) {
+      merged.model_kind = part.model_kind;
+      merged.reference = part.reference;
+      merged.reference_seconds = part.reference_seconds;
+    }
+  }
+  if (merged.reference.empty()) merged.reference = "none (no process computed the reference)";
+  for (const auto& backend : backends) {
+    for (const auto& part : parts) {
+      for (const auto& check : part.checks) {
+        if (check.backend == backend) merged.checks.push_back(check);
+      }
+      for (const auto& timing : part.timings) {
+        if (timing.backend == backend) merged.timings.push_back(timing);
+      }
+      for (const auto& line : part.not_checked) {
+        if (line.rfind(backend + ":", 0) == 0) merged.not_checked.push_back(line);
+      }
+    }
+  }
+  return merged;
+}
+
+}  // namespace torchbridge::cli

@@ -1,0 +1,55 @@
+"""`torchbridge portability`, the README's main job, in both of its process layouts: every backend
+in one process (a CPU machine), and the SDK device checked in a child process (what a CUDA
+machine does, forced here with --isolate)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable), "torchbridge")
+
+
+def portability(*args):
+    return subprocess.run([CONSOLE_SCRIPT, "portability", "--steps", "40", "--json", *args], capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_trains_saves_reloads_and_validates_everywhere(isolate, tmp_path):
+    run = portability("--output", str(tmp_path), *(["--isolate"] if isolate else []))
+    assert run.returncode == 0, run.stderr + run.stdout
+    report = json.loads(run.stdout)
+    assert report["passed"]
+    assert report["training"]["last_loss"] < report["training"]["first_loss"]
+    loads = {load["backend"]: load for load in report["loads"]}
+    assert set(loads) == {"cpu", "emu"}
+    assert all(load["passed"] and load["step"] == 40 for load in loads.values())
+    hardware = {entry["backend"]: entry for entry in report["hardware"]}
+    assert hardware["emu"]["available"] and hardware["emu"].get("own_process", False) == isolate
+    validated = {b["backend"]: b for b in report["validation"]["backends"]}
+    assert set(validated) == {"cpu", "emu"}
+    assert all(b["passed"] == b["total"] > 0 for b in validated.values())
+    assert os.path.exists(report["checkpoint"]["path"])
+
+
+def test_a_failing_child_fails_the_run_and_says_why(tmp_path):
+    run = subprocess.run([CONSOLE_SCRIPT, "portability", "--steps", "20", "--isolate", "--output", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, TORCHBRIDGE_EMU_DEVICES="many"))
+    assert run.returncode == 1
+    assert "NOT PORTABLE" in run.stdout
+    assert "TORCHBRIDGE_EMU_DEVICES" in run.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "5"], "--steps '5' is not a whole number from 10 to 100000"),
+    (["--backends", "emu"], "belong to --check-checkpoint"),
+    (["--check-checkpoint", "x.safetensors"], "needs --reference-outputs FILE and --backends LIST"),
+])
+def test_bad_input_exits_1(args, message):
+    run = subprocess.run([CONSOLE_SCRIPT, "portability", *args], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    assert message in run.stderr
