@@ -51,12 +51,10 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
 const at::Tensor& resize_in_place(const at::Tensor& self, c10::IntArrayRef size,
                          std::optional<c10::MemoryFormat> memory_format) {
   c10::TensorImpl* impl = self.unsafeGetTensorImpl();
-  // As torch's resize_: a tensor that already has the size keeps its strides, so resizing an out=
-  // view (a transposed or sliced one) to its own size leaves it the view it is.
+  // As torch's own resize_: the same sizes keep the strides, so a strided view (e.g. an in-place
+  // result written back by the CPU fallback) is not silently re-laid out as contiguous.
   if (self.sizes() != size) impl->set_sizes_contiguous(size);
-  if (memory_format.has_value()) {
-    TORCH_CHECK(*memory_format != c10::MemoryFormat::Preserve, "resize_: memory format ", *memory_format,
-                " is not supported; pass a concrete one such as torch.contiguous_format");
+  if (memory_format.has_value() && *memory_format != c10::MemoryFormat::Preserve) {
     impl->empty_tensor_restride(*memory_format);
   }
   const size_t needed = at::detail::computeStorageNbytes(self.sizes(), self.strides(), self.element_size(),
