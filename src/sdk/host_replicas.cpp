@@ -17,6 +17,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 namespace torchbridge::sdk {
@@ -38,6 +39,8 @@ bool replicable(const at::Tensor& t) { return t.layout() == c10::kStrided && t.h
 // A device tensor among the arguments: argument `argument`, element `element` of a list (-1: not
 // a list), and the CPU tensor the kernel gets in its place.
 struct Slot {
+  Slot(size_t argument, int64_t element, at::Tensor device, bool written)
+      : argument(argument), element(element), device(std::move(device)), written(written) {}
   size_t argument;
   int64_t element;
   at::Tensor device;
@@ -48,6 +51,7 @@ struct Slot {
 
 // One device storage as the kernel sees it. `host` byte 0 is device storage byte `begin`.
 struct Replica {
+  explicit Replica(c10::Storage device) : device(std::move(device)) {}
   c10::Storage device;
   c10::Storage host;
   size_t begin = 0;
@@ -107,18 +111,18 @@ std::vector<Slot> collect_slots(const c10::FunctionSchema& schema, const torch::
     const c10::IValue& value = stack[first + i];
     const bool written = is_written(schema.arguments()[i]);
     if (value.isTensor()) {
-      if (on_sdk_device(value.toTensor())) slots.push_back({i, -1, value.toTensor(), written});
+      if (on_sdk_device(value.toTensor())) slots.emplace_back(i, -1, value.toTensor(), written);
     } else if (value.isTensorList()) {
       const auto list = value.toTensorList();
       for (size_t k = 0; k < list.size(); ++k) {
         const at::Tensor t = list.get(k);
-        if (on_sdk_device(t)) slots.push_back({i, static_cast<int64_t>(k), t, written});
+        if (on_sdk_device(t)) slots.emplace_back(i, static_cast<int64_t>(k), t, written);
       }
     } else if (value.isOptionalTensorList()) {
       const auto list = value.toOptionalTensorList();
       for (size_t k = 0; k < list.size(); ++k) {
         const std::optional<at::Tensor> t = list.get(k);
-        if (t.has_value() && on_sdk_device(*t)) slots.push_back({i, static_cast<int64_t>(k), *t, written});
+        if (t.has_value() && on_sdk_device(*t)) slots.emplace_back(i, static_cast<int64_t>(k), *t, written);
       }
     }
   }
@@ -139,7 +143,7 @@ std::vector<Replica> plan_replicas(std::vector<Slot>& slots, bool alias) {
     const c10::StorageImpl* impl = s.device.storage().unsafeGetStorageImpl();
     if (!alias && written.count(impl) == 0) continue;
     const auto [it, inserted] = index.try_emplace(impl, replicas.size());
-    if (inserted) replicas.push_back(Replica{s.device.storage()});
+    if (inserted) replicas.emplace_back(s.device.storage());
     s.replica = it->second;
     replicas[s.replica].written |= s.written;
   }
@@ -222,6 +226,14 @@ at::Tensor to_device(const at::Tensor& result, const std::vector<Replica>& repli
 
 void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
+  // torch implements some operators for particular accelerators only (CUDA's fused kernels, stream
+  // bookkeeping): there is no CPU kernel to fall back to, and the dispatcher's own message would
+  // blame the CPU. Say what is missing and what the user can do instead.
+  TORCH_CHECK_NOT_IMPLEMENTED(op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU), "operator ",
+                              schema.operator_name(), " has no kernel for device '", runtime().name(),
+                              "', and PyTorch has no CPU kernel for the CPU fallback to run (it implements it only ",
+                              "for particular accelerators such as CUDA). Run this step on the CPU (move its tensors ",
+                              "there with .cpu()), or give the device a kernel for it");
   const size_t first = stack->size() - schema.arguments().size();
   const std::vector<c10::IValue> originals(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
 

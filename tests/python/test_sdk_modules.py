@@ -219,3 +219,57 @@ def test_fractional_max_pool_with_device_drawn_samples_matches_the_cpu(module, d
         results.append([out, indices, inp.grad])
     for a, e in zip(results[1], results[0]):
         torch.testing.assert_close(a.cpu(), e, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=True),
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, fused=True),
+    lambda p: torch.optim.Adam(p, lr=0.1, fused=True),
+    lambda p: torch.optim.AdamW(p, lr=0.1, amsgrad=True, foreach=True),
+    lambda p: torch.optim.Adagrad(p, lr=0.1, fused=True),
+    lambda p: torch.optim.RMSprop(p, lr=0.01, momentum=0.5, centered=True, foreach=True),
+    lambda p: torch.optim.NAdam(p, lr=0.1, foreach=True),
+], ids=["SGD_foreach", "SGD_fused", "Adam_fused", "AdamW_amsgrad_foreach", "Adagrad_fused", "RMSprop_foreach",
+        "NAdam_foreach"])
+def test_optimizer_steps_with_foreach_and_fused_kernels_match_the_cpu(make):
+    """foreach and fused optimizers update lists of written tensors in place on the fallback."""
+    results = []
+    for device in ("cpu", DEVICE):
+        torch.manual_seed(8)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2)).to(device)
+        optimizer = make(model.parameters())
+        torch.manual_seed(9)
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(5, 4).to(device)).pow(2).sum().backward()
+            optimizer.step()
+        state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+        results.append([t.detach().cpu() for t in list(model.parameters()) + state])
+    for actual, expected in zip(results[1], results[0]):
+        torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_dropout_takes_torchs_device_path_and_is_a_valid_dropout():
+    """On non-CPU devices torch's dropout uses native_dropout, which draws differently from the CPU
+    path: the values differ from the CPU's, but it must still be a dropout with rate p."""
+    torch.manual_seed(10)
+    x = torch.randn(500, 100, device=DEVICE) + 3
+    y = torch.nn.functional.dropout(x, 0.3, training=True)
+    kept = (y != 0).cpu()
+    torch.testing.assert_close(y.cpu()[kept], x.cpu()[kept] / 0.7)
+    assert abs((1 - kept.float().mean().item()) - 0.3) < 0.01
+
+
+def test_record_stream_is_recorded_by_the_caching_allocator():
+    """torch implements Tensor.record_stream for CUDA only; SDK devices have it natively."""
+    stream = torch.Stream(device=DEVICE)
+    x = torch.ones(1024, device=DEVICE)
+    x.record_stream(stream)
+    with pytest.raises(RuntimeError, match=r"the tensor is on emu:0 but the stream on emu:1"):
+        x.record_stream(torch.Stream(device="emu:1"))
+
+
+def test_an_operator_without_any_cpu_kernel_is_a_clear_error():
+    with pytest.raises(NotImplementedError, match=r"aten::_fused_dropout has no kernel for device 'emu', and "
+                                                  r"PyTorch has no CPU kernel.*Run this step on the CPU"):
+        torch.ops.aten._fused_dropout(torch.ones(3, device=DEVICE), 0.5)
