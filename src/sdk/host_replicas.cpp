@@ -9,6 +9,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_copy_from_and_resize.h>
+#include <ATen/ops/empty.h>
 #include <c10/core/CPUAllocator.h>
 
 #include <algorithm>
@@ -39,12 +40,14 @@ bool replicable(const at::Tensor& t) { return t.layout() == c10::kStrided && t.h
 // A device tensor among the arguments: argument `argument`, element `element` of a list (-1: not
 // a list), and the CPU tensor the kernel gets in its place.
 struct Slot {
-  Slot(size_t argument, int64_t element, at::Tensor device, bool written)
-      : argument(argument), element(element), device(std::move(device)), written(written) {}
+  Slot(size_t argument, int64_t element, at::Tensor device, const c10::Argument& schema)
+      : argument(argument), element(element), device(std::move(device)), written(is_written(schema)),
+        out(schema.is_out()) {}
   size_t argument;
   int64_t element;
   at::Tensor device;
   bool written;
+  bool out;  // an out= argument: the kernel overwrites it and never reads it
   size_t replica = kNoReplica;  // kNoReplica: `host` is an independent copy of the value
   at::Tensor host;
 };
@@ -57,6 +60,7 @@ struct Replica {
   size_t begin = 0;
   size_t copied = 0;    // bytes copied in from the device (copy replicas)
   bool alias = false;   // `host` is the device memory itself (host-addressable devices)
+  bool downloaded = true;  // false: `host` starts uninitialised (a lone out= argument)
   bool written = false;
 };
 
@@ -109,20 +113,20 @@ std::vector<Slot> collect_slots(const c10::FunctionSchema& schema, const torch::
   std::vector<Slot> slots;
   for (size_t i = 0; i < schema.arguments().size(); ++i) {
     const c10::IValue& value = stack[first + i];
-    const bool written = is_written(schema.arguments()[i]);
+    const c10::Argument& argument = schema.arguments()[i];
     if (value.isTensor()) {
-      if (on_sdk_device(value.toTensor())) slots.emplace_back(i, -1, value.toTensor(), written);
+      if (on_sdk_device(value.toTensor())) slots.emplace_back(i, -1, value.toTensor(), argument);
     } else if (value.isTensorList()) {
       const auto list = value.toTensorList();
       for (size_t k = 0; k < list.size(); ++k) {
         const at::Tensor t = list.get(k);
-        if (on_sdk_device(t)) slots.emplace_back(i, static_cast<int64_t>(k), t, written);
+        if (on_sdk_device(t)) slots.emplace_back(i, static_cast<int64_t>(k), t, argument);
       }
     } else if (value.isOptionalTensorList()) {
       const auto list = value.toOptionalTensorList();
       for (size_t k = 0; k < list.size(); ++k) {
         const std::optional<at::Tensor> t = list.get(k);
-        if (t.has_value() && on_sdk_device(*t)) slots.emplace_back(i, static_cast<int64_t>(k), *t, written);
+        if (t.has_value() && on_sdk_device(*t)) slots.emplace_back(i, static_cast<int64_t>(k), *t, argument);
       }
     }
   }
@@ -158,17 +162,26 @@ void fill_replica(Replica& replica, const std::vector<Slot>& slots, size_t index
   }
   // The byte range the arguments touch, starting at a multiple of every element size so each
   // argument's offset stays whole in its own elements.
-  size_t begin = SIZE_MAX, end = 0, align = 1;
+  size_t begin = SIZE_MAX, end = 0, align = 1, members = 0;
+  const Slot* member = nullptr;
   for (const Slot& s : slots) {
     if (s.replica != index) continue;
     begin = std::min(begin, byte_offset(s.device));
     end = std::max(end, end_byte(s.device));
     align = std::lcm(align, s.device.element_size());
+    member = &s;
+    ++members;
   }
   begin -= begin % align;
   end = std::min(end, replica.device.nbytes());
   replica.begin = begin;
   replica.copied = end > begin ? end - begin : 0;
+  // A lone dense out= argument is overwritten whole and never read: its old bytes need not cross.
+  if (members == 1 && member->out && member->device.is_non_overlapping_and_dense()) {
+    replica.host = at::empty({static_cast<int64_t>(replica.copied)}, at::TensorOptions().dtype(at::kByte)).storage();
+    replica.downloaded = false;
+    return;
+  }
   replica.host = download(byte_range(replica.device, c10::DispatchKey::PrivateUse1, begin, replica.copied)).storage();
 }
 
@@ -197,6 +210,12 @@ void write_back(Replica& replica, std::vector<Slot>& slots, size_t index) {
   if (replica.alias) {
     if (moved && replica.host.nbytes() > 0) {
       std::memcpy(replica.device.mutable_data(), replica.host.data(), replica.host.nbytes());
+    }
+    return;
+  }
+  if (!replica.downloaded) {  // only what the kernel wrote: the out= argument's elements (resized or not)
+    for (Slot& s : slots) {
+      if (s.replica == index) s.device.copy_(s.host);
     }
     return;
   }
@@ -249,12 +268,14 @@ void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool alias = !slots.empty() && host_addressable(slots.front().device.device().index());
 
   std::vector<Replica> replicas = plan_replicas(slots, alias);
-  for (size_t r = 0; r < replicas.size(); ++r) fill_replica(replicas[r], slots, r, alias);
-  for (Slot& s : slots) {
+  std::vector<bool> filled(replicas.size(), false);
+  for (Slot& s : slots) {  // in argument order, so copies leave the device in that order
     if (s.replica == kNoReplica) {
       s.host = s.device.cpu();
       continue;
     }
+    if (!filled[s.replica]) fill_replica(replicas[s.replica], slots, s.replica, alias);
+    filled[s.replica] = true;
     const Replica& replica = replicas[s.replica];
     s.host = same_view(s.device, replica.host, c10::DispatchKey::CPU,
                        static_cast<int64_t>((byte_offset(s.device) - replica.begin) / s.device.element_size()));
