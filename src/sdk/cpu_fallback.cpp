@@ -1,17 +1,17 @@
-// Operators without a native kernel run on the CPU: arguments are copied to the host, torch's CPU
-// kernel runs, and results (and mutated inputs) are copied back. Each use is counted per operator;
+// Operators without a native kernel run on the CPU: torch's CPU kernel runs on host replicas of
+// the device tensors (host_replicas.h), and results and written arguments land on the device
+// exactly as the CPU kernel left them. Each use is counted per operator;
 // TORCHBRIDGE_SDK_STRICT=1 turns a fallback into an error. Random operators get the CPU generator
 // that carries the SDK device's generator state, so seeding the device seeds what runs.
 #include "sdk/registration.h"
 
 #include "sdk/fallback.h"
 #include "sdk/generator.h"
-#include "sdk/in_place_fallback.h"
+#include "sdk/host_replicas.h"
 #include "sdk/runtime_handle.h"
 
 #include <torchbridge/sdk/device.h>
 
-#include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
 #include <cstdint>
@@ -104,8 +104,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     ++it->second.second;
   }
   substitute_generators(op, stack);
-  if (run_in_place(op, stack)) return;
-  at::native::cpu_fallback(op, stack);
+  run_on_host(op, stack);
 }
 
 }  // namespace

@@ -55,7 +55,9 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
 const at::Tensor& resize_in_place(const at::Tensor& self, c10::IntArrayRef size,
                          std::optional<c10::MemoryFormat> memory_format) {
   c10::TensorImpl* impl = self.unsafeGetTensorImpl();
-  impl->set_sizes_contiguous(size);
+  // As torch's own resize_: the same sizes keep the strides, so a strided view (e.g. an in-place
+  // result written back by the CPU fallback) is not silently re-laid out as contiguous.
+  if (self.sizes() != size) impl->set_sizes_contiguous(size);
   if (memory_format.has_value() && *memory_format != c10::MemoryFormat::Preserve) {
     impl->empty_tensor_restride(*memory_format);
   }

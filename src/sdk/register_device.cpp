@@ -172,6 +172,8 @@ void register_runtime(const tb_runtime* table) {
   register_native_ops();
   register_convolution();
   register_batch_norm();
+  register_rnn_cells();
+  register_record_stream();
   register_cpu_fallback();
   register_autocast();
   declare_to_backend_layer(first.vendor, first.is_real_hardware != 0);
