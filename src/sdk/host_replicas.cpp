@@ -13,8 +13,10 @@
 #include <c10/core/CPUAllocator.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <set>

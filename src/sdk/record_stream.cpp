@@ -8,6 +8,9 @@
 
 #include <torch/library.h>
 
+#include <optional>
+#include <string>
+
 namespace torchbridge::sdk {
 namespace {
 

@@ -17,6 +17,11 @@
 #include <torch/library.h>
 
 #include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace torchbridge::sdk {

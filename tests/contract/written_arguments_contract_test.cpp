@@ -6,7 +6,11 @@
 // behind: whether it raised, every byte of the base, and each result's values and layout.
 #include "contract.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace torchbridge::contract {
 namespace {
