@@ -3,6 +3,8 @@
 // one run. Goal: >= 0.9x cudaMemcpy's bandwidth, for pinned and for pageable host memory.
 // Built only when the CUDA toolkit is found; needs an NVIDIA GPU to run.
 // Usage: cudasdk_copy_benchmark [--mib N] [--repeats N]
+#include "median_seconds.h"
+
 #include <torchbridge/registry.h>
 
 #include <ATen/ATen.h>
@@ -23,24 +25,10 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
-// Median seconds of `body` over `repeats` runs after one warm-up.
-double median_seconds(int repeats, const std::function<void()>& body) {
-  body();
-  std::vector<double> samples;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = Clock::now();
-    body();
-    samples.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  std::sort(samples.begin(), samples.end());
-  return samples[samples.size() / 2];
-}
 
 }  // namespace
 

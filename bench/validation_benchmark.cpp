@@ -4,6 +4,8 @@
 // timing, and each figure is the median of several repetitions after a warm-up. The validator's
 // own CPU float64 reference is part of its cost and is shown separately.
 // Usage: validation_benchmark [--quick] [--input-shape B,T,F] [--backends LIST]
+#include "median_seconds.h"
+
 #include <torchbridge/registry.h>
 #include <torchbridge/validation/builtin_models.h>
 #include <torchbridge/validation/validator.h>
@@ -23,24 +25,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double median_seconds(int repeats, const std::function<void()>& body) {
-  body();  // warm-up
-  std::vector<double> samples;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = Clock::now();
-    body();
-    samples.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  std::sort(samples.begin(), samples.end());
-  return samples[samples.size() / 2];
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   using namespace torchbridge;
@@ -92,7 +76,7 @@ int main(int argc, char** argv) {
     std::printf("  forward+backward on %-4s %10.3f ms\n", name.c_str(), seconds * 1e3);
     baseline += seconds;
   }
-  const validation::Validator validator({backends, "fp32"});
+  const validation::Validator validator({backends, Precision::kFp32});
   const auto source = validation::model_from(model);
   bool valid = true;
   double reference_seconds = 0;

@@ -2,12 +2,13 @@
 // and memory statistics.
 #include "arguments.h"
 #include "commands.h"
-#include "json_report.h"
 #include "text_format.h"
 
+#include <torchbridge/json_text.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/version.h>
 
+#include <nlohmann/json.hpp>
 #include <torch/version.h>
 
 #include <cstdint>
@@ -55,8 +56,8 @@ nlohmann::json backend_json(const BackendEntry& entry) {
   for (int i = 0; i < backend.device_count(); ++i) {
     const DeviceReport report = describe_device(backend, i);
     devices.push_back({{"index", i},
-                       {"info", report.info ? to_json(*report.info) : nlohmann::json(nullptr)},
-                       {"memory", report.memory ? to_json(*report.memory) : nlohmann::json(nullptr)},
+                       {"info", report.info ? nlohmann::json::parse(to_json_text(*report.info)) : nlohmann::json(nullptr)},
+                       {"memory", report.memory ? nlohmann::json::parse(to_json_text(*report.memory)) : nlohmann::json(nullptr)},
                        {"error", report.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.error)}});
   }
   return {{"name", entry.name},

@@ -2,11 +2,13 @@
 
 #include "child_process.h"
 
+#include <torchbridge/process_isolation.h>
 #include <torchbridge/one_accelerator.h>
 #include <torchbridge/registry.h>
 
 #include <algorithm>
 #include <exception>
+#include <memory>
 #include <optional>
 
 namespace torchbridge::cli {
@@ -21,7 +23,7 @@ std::vector<std::string> backends_for_child_processes(const std::vector<std::str
 }
 
 validation::ValidationReport validate_in_child(const std::string& backend, const std::vector<std::string>& validate_args,
-                                               const std::string& precision) {
+                                               Precision precision) {
   std::vector<std::string> args = {"validate", "--json", "--backends", backend};
   args.insert(args.end(), validate_args.begin(), validate_args.end());
   std::string failure;
@@ -39,7 +41,7 @@ validation::ValidationReport validate_in_child(const std::string& backend, const
   validation::ValidationReport report;
   report.precision = precision;
   report.backends = {backend};
-  report.checks.push_back({backend, backend, "run", "model", false, std::nullopt, failure});
+  report.checks.push_back({backend, backend, validation::CheckKind::kRun, "model", false, std::nullopt, failure});
   return report;
 }
 
@@ -47,8 +49,8 @@ validation::ValidationReport merge_reports(const std::vector<validation::Validat
                                            const std::vector<std::string>& backends) {
   validation::ValidationReport merged;
   merged.backends = backends;
+  if (!parts.empty()) merged.precision = parts.front().precision;  // every part ran the same one
   for (const auto& part : parts) {
-    if (merged.precision.empty()) merged.precision = part.precision;
     if (merged.reference.empty() && !part.reference.empty()) {
       merged.model_kind = part.model_kind;
       merged.reference = part.reference;

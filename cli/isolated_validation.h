@@ -19,7 +19,7 @@ std::vector<std::string> backends_for_child_processes(const std::vector<std::str
 // that ends without a report yields a report holding one failed "run" check that says how it
 // ended (exit code or signal) and its last error line, so a crash is a result, not a lost run.
 validation::ValidationReport validate_in_child(const std::string& backend, const std::vector<std::string>& validate_args,
-                                               const std::string& precision);
+                                               Precision precision);
 
 // One report from parts that each validated some of `backends`: checks, notes and timings in the
 // order of `backends`; header (model kind, reference) from the first part that computed one.

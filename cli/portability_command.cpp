@@ -12,13 +12,15 @@
 #include "portability_training.h"
 #include "text_format.h"
 
+#include <torchbridge/process_isolation.h>
 #include <torchbridge/checkpoint/safetensors.h>
 #include <torchbridge/checkpoint/training_state.h>
 #include <torchbridge/one_accelerator.h>
+#include <torchbridge/parse_integer.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/sdk/device.h>
 #include <torchbridge/validation/builtin_models.h>
-#include <torchbridge/validation/tolerances.h>
+#include <torchbridge/precision.h>
 #include <torchbridge/validation/validator.h>
 
 #include <ATen/ATen.h>
@@ -74,14 +76,7 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 int parse_steps(const std::string* text) {
-  if (!text) return 300;
-  try {
-    size_t used = 0;
-    const int steps = std::stoi(*text, &used);
-    if (used == text->size() && steps >= 10 && steps <= 100000) return steps;
-  } catch (const std::exception&) {
-  }
-  throw UsageError("--steps '" + *text + "' is not a whole number from 10 to 100000");
+  return text ? static_cast<int>(parse_integer(*text, "--steps", 10, 100000)) : 300;
 }
 
 std::string make_output_directory(const std::string* requested) {
@@ -236,7 +231,7 @@ ChildFindings check_in_child(const std::string& name, const std::string& checkpo
   findings.hardware.push_back({{"backend", name}, {"available", false}, {"reason", failure}});
   findings.loads.push_back({{"backend", name}, {"device", name}, {"error", failure}});
   findings.validation.backends = {name};
-  findings.validation.checks.push_back({name, name, "run", "model", false, std::nullopt, failure});
+  findings.validation.checks.push_back({name, name, validation::CheckKind::kRun, "model", false, std::nullopt, failure});
   return findings;
 }
 
@@ -298,9 +293,9 @@ nlohmann::json summarize_validation(const validation::ValidationReport& report) 
       if (c.backend != backend) continue;
       ++total;
       passed += c.passed ? 1 : 0;
-      if (!c.passed) failures.push_back(c.backend + " " + c.check + " " + c.subject + ": " + c.detail);
-      if (c.metrics && c.check == "output") worst_output = std::max(worst_output, c.metrics->rel_l2_error);
-      if (c.metrics && c.check == "gradient") worst_gradient = std::max(worst_gradient, c.metrics->rel_l2_error);
+      if (!c.passed) failures.push_back(c.backend + " " + validation::check_name(c.check) + " " + c.subject + ": " + c.detail);
+      if (c.metrics && c.check == validation::CheckKind::kOutput) worst_output = std::max(worst_output, c.metrics->rel_l2_error);
+      if (c.metrics && c.check == validation::CheckKind::kGradient) worst_gradient = std::max(worst_gradient, c.metrics->rel_l2_error);
     }
     double seconds = 0;
     for (const auto& t : report.timings) seconds += t.backend == backend ? t.seconds : 0;
@@ -308,7 +303,7 @@ nlohmann::json summarize_validation(const validation::ValidationReport& report) 
                            {"worst_output_rel_l2", worst_output}, {"worst_gradient_rel_l2", worst_gradient},
                            {"seconds", seconds}});
   }
-  return {{"reference", report.reference}, {"precision", report.precision}, {"valid", report.is_valid()},
+  return {{"reference", report.reference}, {"precision", name_of(report.precision)}, {"valid", report.is_valid()},
           {"backends", per_backend}, {"failures", failures}};
 }
 
@@ -419,7 +414,7 @@ int run_portability(const std::vector<std::string>& args) {
   }
   report["hardware"] = hardware;
 
-  const auto& tolerance = validation::tolerance_for("fp32").output;
+  const Bound& tolerance = spec_of(Precision::kFp32).output;
   bool loads_passed = true;
   for (auto& load : loads) {
     const bool passed = !load.contains("error") && load["step"].get<int64_t>() == run.steps &&

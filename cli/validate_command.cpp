@@ -6,9 +6,9 @@
 #include "model_argument.h"
 #include "text_format.h"
 
+#include <torchbridge/parse_integer.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/validation/builtin_models.h>
-#include <torchbridge/validation/tolerances.h>
 #include <torchbridge/validation/validator.h>
 
 #include <unistd.h>
@@ -79,7 +79,7 @@ std::vector<std::string> default_backends() {
 
 // One line per backend and kind of check: how many passed and the worst values measured.
 void print_table(const validation::ValidationReport& report, const std::string& label) {
-  std::cout << "Validated " << label << " (" << report.model_kind << ") in " << report.precision << " against "
+  std::cout << "Validated " << label << " (" << report.model_kind << ") in " << name_of(report.precision) << " against "
             << report.reference << "\n\n";
   std::cout << column("backend", 10) << column("check", 13) << column("passed", 9) << column("max abs err", 13)
             << column("max rel err", 13) << column("min cosine", 12) << "\n";
@@ -88,8 +88,8 @@ void print_table(const validation::ValidationReport& report, const std::string& 
     double abs = 0, rel = 0, cosine = 1;
     bool has_metrics = false;
   };
-  std::vector<std::pair<std::string, std::string>> order;
-  std::map<std::pair<std::string, std::string>, Row> rows;
+  std::vector<std::pair<std::string, validation::CheckKind>> order;
+  std::map<std::pair<std::string, validation::CheckKind>, Row> rows;
   for (const auto& c : report.checks) {
     const auto key = std::make_pair(c.backend, c.check);
     if (!rows.count(key)) order.push_back(key);
@@ -105,8 +105,8 @@ void print_table(const validation::ValidationReport& report, const std::string& 
   }
   for (const auto& key : order) {
     const Row& row = rows[key];
-    const bool comparison = key.second == "output" || key.second == "gradient";
-    std::cout << column(key.first, 10) << column(key.second, 13)
+    const bool comparison = key.second == validation::CheckKind::kOutput || key.second == validation::CheckKind::kGradient;
+    std::cout << column(key.first, 10) << column(validation::check_name(key.second), 13)
               << column(std::to_string(row.passed) + "/" + std::to_string(row.total), 9)
               << column(row.has_metrics ? scientific(row.abs) : "-", 13)
               << column(comparison ? scientific(row.rel) : "-", 13)
@@ -117,7 +117,7 @@ void print_table(const validation::ValidationReport& report, const std::string& 
     if (c.passed) continue;
     if (!any_failure) std::cout << "\nFailures:\n";
     any_failure = true;
-    std::cout << "  " << c.backend << " " << c.check << " " << c.subject << ": " << c.detail << "\n";
+    std::cout << "  " << c.backend << " " << validation::check_name(c.check) << " " << c.subject << ": " << c.detail << "\n";
   }
   if (!report.not_checked.empty()) std::cout << "\nNot checked:\n";
   for (const auto& line : report.not_checked) std::cout << "  " << line << "\n";
@@ -140,16 +140,8 @@ int run_validate(const std::vector<std::string>& args) {
   if (!model_spec) throw UsageError("validate needs --model builtin:NAME or --model FILE (see --help)");
   validation::ValidatorOptions options;
   options.backends = parsed.option("--backends") ? split_list(*parsed.option("--backends")) : default_backends();
-  if (const auto* dtype = parsed.option("--dtype")) options.precision = *dtype;
-  if (const auto* seed = parsed.option("--seed")) {
-    try {
-      size_t used = 0;
-      options.seed = std::stoull(*seed, &used);
-      if (used != seed->size() || seed->front() == '-') throw std::invalid_argument("trailing text");
-    } catch (const std::exception&) {
-      throw UsageError("--seed '" + *seed + "' is not a non-negative integer");
-    }
-  }
+  if (const auto* dtype = parsed.option("--dtype")) options.precision = validation::validation_precision(*dtype);
+  if (const auto* seed = parsed.option("--seed")) options.seed = parse_unsigned(*seed, "--seed");
   const ModelArgument model = load_model_argument(*model_spec);
   const auto shapes = input_shapes_for(model, parsed.option("--input-shape"), "validation");
   const bool json = parsed.has("--json");
@@ -163,9 +155,8 @@ int run_validate(const std::vector<std::string>& args) {
       std::cerr << "\r\033[K[" << done + 1 << "/" << total << "] " << backend << ": " << step << std::flush;
     };
   }
-  // Backends that run in a child process each; the rest run here. The precision is checked and
-  // every backend name resolved first, so bad input gives no report.
-  validation::compute_dtype(options.precision);
+  // Backends that run in a child process each; the rest run here. Every backend name is resolved
+  // first (the precision was checked when parsed), so bad input gives no report.
   const auto isolated = backends_for_child_processes(options.backends, parsed.has("--isolate"));
   for (const auto& name : isolated) {
     // An SDK device says whether it is available only by loading, which is the child's job.
@@ -182,7 +173,7 @@ int run_validate(const std::vector<std::string>& args) {
     const auto source = validation::model_from(model.module);
     parts.push_back(validator.validate(*source, shapes));
   }
-  const std::vector<std::string> child_args = {"--model", *model_spec, "--dtype", options.precision, "--input-shape",
+  const std::vector<std::string> child_args = {"--model", *model_spec, "--dtype", name_of(options.precision), "--input-shape",
                                                shapes_text(shapes), "--seed", std::to_string(options.seed)};
   for (const auto& name : isolated) {
     if (show_progress) std::cerr << "\r\033[K" << name << ": validating in a child process" << std::flush;

@@ -8,6 +8,7 @@
 #include "cuda_context.h"
 #include "cuda_entries.h"
 #include "cuda_status.h"
+#include "torchbridge/sdk/exception_barrier.h"
 #include "torchbridge/sdk/runtime.h"
 
 namespace torchbridge::cuda_device {
@@ -22,6 +23,12 @@ struct Runtime {
   std::string error;  // why loading failed; empty on success. Lives until the process exits.
 };
 
+// Every entry behind the exception barrier: the entries allocate (handle tables, error sentences),
+// and a C++ exception must never cross the C ABI. status_string and last_error_message only
+// return stored text.
+template <auto Entry>
+constexpr auto guarded = &sdk::ExceptionBarrier<Entry, &report_error>::entry;
+
 void fill_table(Runtime& runtime) {
   tb_runtime& t = runtime.table;
   t.struct_size = sizeof(tb_runtime);
@@ -30,29 +37,29 @@ void fill_table(Runtime& runtime) {
   t.context = &runtime.context;
   t.status_string = status_string;
   t.last_error_message = last_error_message;
-  t.device_count = device_count;
-  t.set_device = set_device;
-  t.get_device = get_device;
-  t.device_properties = device_properties;
-  t.device_synchronize = device_synchronize;
-  t.device_malloc = device_malloc;
-  t.device_free = device_free;
-  t.host_malloc = host_malloc;
-  t.host_free = host_free;
-  t.memcpy_sync = memcpy_sync;
-  t.memcpy_async = memcpy_async;
-  t.memset_async = memset_async;
-  t.stream_create = stream_create;
-  t.stream_destroy = stream_destroy;
-  t.stream_query = stream_query;
-  t.stream_synchronize = stream_synchronize;
-  t.stream_wait_event = stream_wait_event;
-  t.event_create = event_create;
-  t.event_destroy = event_destroy;
-  t.event_record = event_record;
-  t.event_query = event_query;
-  t.event_synchronize = event_synchronize;
-  t.event_elapsed_time = event_elapsed_time;
+  t.device_count = guarded<&device_count>;
+  t.set_device = guarded<&set_device>;
+  t.get_device = guarded<&get_device>;
+  t.device_properties = guarded<&device_properties>;
+  t.device_synchronize = guarded<&device_synchronize>;
+  t.device_malloc = guarded<&device_malloc>;
+  t.device_free = guarded<&device_free>;
+  t.host_malloc = guarded<&host_malloc>;
+  t.host_free = guarded<&host_free>;
+  t.memcpy_sync = guarded<&memcpy_sync>;
+  t.memcpy_async = guarded<&memcpy_async>;
+  t.memset_async = guarded<&memset_async>;
+  t.stream_create = guarded<&stream_create>;
+  t.stream_destroy = guarded<&stream_destroy>;
+  t.stream_query = guarded<&stream_query>;
+  t.stream_synchronize = guarded<&stream_synchronize>;
+  t.stream_wait_event = guarded<&stream_wait_event>;
+  t.event_create = guarded<&event_create>;
+  t.event_destroy = guarded<&event_destroy>;
+  t.event_record = guarded<&event_record>;
+  t.event_query = guarded<&event_query>;
+  t.event_synchronize = guarded<&event_synchronize>;
+  t.event_elapsed_time = guarded<&event_elapsed_time>;
 }
 
 // Loading succeeds only when the CUDA runtime can talk to a driver and sees at least one device,
@@ -85,7 +92,12 @@ extern "C" __attribute__((visibility("default"))) const tb_runtime* tb_runtime_e
   // possibly longer than this library's own static destructors would let them live.
   static Runtime* runtime = new Runtime();
   static std::once_flag loaded;
-  std::call_once(loaded, [] { torchbridge::cuda_device::load(*runtime); });
+  try {  // the loader allocates its sentences; no exception may leave through the C ABI
+    std::call_once(loaded, [] { torchbridge::cuda_device::load(*runtime); });
+  } catch (...) {
+    if (error_message != nullptr) *error_message = "CUDA runtime: out of host memory while loading";
+    return nullptr;
+  }
   if (!runtime->error.empty()) {
     if (error_message != nullptr) *error_message = runtime->error.c_str();
     return nullptr;

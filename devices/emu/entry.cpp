@@ -5,6 +5,7 @@
 #include "last_error.h"
 #include "options.h"
 
+#include <torchbridge/sdk/exception_barrier.h>
 #include <torchbridge/sdk/runtime.h>
 
 #include <cstring>
@@ -14,7 +15,6 @@
 #include <new>
 #include <optional>
 #include <string>
-#include <system_error>
 #include <type_traits>
 #include <utility>
 
@@ -34,25 +34,10 @@ int raw_value(const Enum& value) {
   return raw;
 }
 
-template <typename Call>
-tb_status without_exceptions(Call&& call) noexcept {
-  try {
-    return call();
-  } catch (const std::bad_alloc&) {
-    return fail(TB_ERROR_OUT_OF_MEMORY, "the emu runtime ran out of host memory for its own bookkeeping");
-  } catch (const std::system_error& error) {
-    return fail(TB_ERROR_DEVICE_FAILURE, std::string("emu runtime system error: ") + error.what());
-  } catch (const std::exception& error) {
-    return fail(TB_ERROR_UNKNOWN, std::string("emu runtime internal error: ") + error.what());
-  } catch (...) {
-    return fail(TB_ERROR_UNKNOWN, "emu runtime internal error");
-  }
-}
-
 // One trampoline per table entry: C function pointer in, member function call out.
 #define TB_EMU_FORWARD(entry, params, args)                                                       \
   tb_status entry params noexcept {                                                              \
-    return without_exceptions([&] { return runtime_of(context).entry args; });                  \
+    return sdk::call_without_exceptions<&fail>([&] { return runtime_of(context).entry args; }); \
   }
 
 TB_EMU_FORWARD(device_count, (void* context, int32_t* count), (count))

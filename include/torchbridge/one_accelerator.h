@@ -18,6 +18,13 @@ namespace torchbridge {
 
 class Backend;
 
+// Why, in one sentence, for every error that enforces the rule.
+inline constexpr const char* kOneAcceleratorReason =
+    "PyTorch's autograd engine serves one accelerator per process (at::getAccelerator()), and a "
+    "device registered as PrivateUse1 becomes that accelerator, so a backward pass on the other "
+    "device would fail inside PyTorch";
+
+
 // The native accelerator this process has already used, as a phrase naming the evidence
 // (e.g. "cuda (device 0 has a CUDA context)"), or nullopt when none has been used.
 std::optional<std::string> native_accelerator_in_use();
@@ -29,14 +36,8 @@ std::optional<std::string> registered_privateuse1_device();
 // PrivateUse1).
 bool is_native_accelerator(const Backend& backend);
 
-// Of `backends` (names or aliases), the SDK devices that cannot share a process with the rest
-// because the list also names a native accelerator; empty when all can run in one process.
-// Resolves names without loading anything.
-std::vector<std::string> sdk_devices_needing_own_process(const std::vector<std::string>& backends);
+// (Which backends of a list must run in a process of their own: process_isolation.h.)
 
-// Raises (ValueError) when `backends` holds an SDK device and a native accelerator, which cannot
-// share a process, naming both and the way out; `what` is the work, e.g. "validate".
-void check_backends_can_share_a_process(const std::vector<std::string>& backends, const std::string& what);
 
 // Raises (c10::Error) unless SDK device `name` may become this process's PrivateUse1 device.
 void check_sdk_device_may_register(const std::string& name);

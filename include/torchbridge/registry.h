@@ -22,8 +22,12 @@ struct BackendEntry {
 
 class BackendRegistry {
  public:
-  // The process-wide registry, holding every built-in adapter.
+  // The process-wide registry, holding every built-in adapter. The class lives in the core layer;
+  // this one instance is assembled by the backends layer (src/backends/builtin_backends.cpp),
+  // which knows the adapters, so core code never names an adapter.
   static BackendRegistry& instance();
+  // Detection priority of the PrivateUse1 entry (between the native accelerators and the CPU).
+  static constexpr int kPrivateUse1Priority = 10;
 
   // Every backend known to this build, in detection-priority order (best first),
   // whether or not it is available. The PrivateUse1 entry carries the registered device name.
@@ -61,7 +65,8 @@ class BackendRegistry {
   LoadableNames loadable_;
 };
 
-// Shorthands over BackendRegistry::instance(), matching the Python API's names.
+// Shorthands over BackendRegistry::instance(), matching the Python API's names (defined with the
+// instance, in the backends layer).
 std::shared_ptr<Backend> create_backend(const std::string& name);
 std::string detect_best_backend();
 using BackendFactory = BackendRegistry;

@@ -1,11 +1,12 @@
 // torchbridge._C: the Python face of libtorchbridge. Descriptions cross as the same JSON the CLI
-// prints (cli/json_report.cpp), so there is one encoding of DeviceInfo and MemoryStats.
+// prints (to_json_text, src/core/json_text.cpp), so there is one encoding of DeviceInfo and MemoryStats.
 #include "child_process.h"
 #include "commands.h"
-#include "json_report.h"
 
+#include <torchbridge/process_isolation.h>
 #include <torchbridge/one_accelerator.h>
 #include <torchbridge/redirect.h>
+#include <torchbridge/json_text.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/sdk/device.h>
 #include <torchbridge/version.h>
@@ -89,9 +90,9 @@ PYBIND11_MODULE(_C, m) {
                                    d.has_index() ? py::cast(int(d.index())) : py::none());
            },
            py::arg("index") = 0)
-      .def("info_json", [](const Backend& b, int index) { return cli::to_json(b.info(index)).dump(); },
+      .def("info_json", [](const Backend& b, int index) { return to_json_text(b.info(index)); },
            py::arg("index") = 0)
-      .def("memory_stats_json", [](const Backend& b, int index) { return cli::to_json(b.memory_stats(index)).dump(); },
+      .def("memory_stats_json", [](const Backend& b, int index) { return to_json_text(b.memory_stats(index)); },
            py::arg("index") = 0)
       .def("reset_peak_memory_stats", &Backend::reset_peak_memory_stats, py::arg("index") = 0)
       .def("empty_cache", &Backend::empty_cache)
@@ -106,6 +107,8 @@ PYBIND11_MODULE(_C, m) {
     for (const auto& entry : BackendRegistry::instance().entries()) names.push_back(entry.name);
     return names;
   });
+  // The canonical name of a level ("o2" -> "O2"); ValueError naming an unknown one.
+  m.def("parse_opt_level", [](const std::string& level) { return to_string(parse_opt_level(level)); });
   m.def("require_supported_opt_level", [](const std::string& level) {
     const OptLevel parsed = parse_opt_level(level);
     require_supported_opt_level(parsed);

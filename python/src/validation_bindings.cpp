@@ -91,7 +91,7 @@ void bind_validation(py::module_& m) {
            py::object progress) {
           validation::ValidatorOptions options;
           options.backends = backends;
-          options.precision = precision;
+          options.precision = validation::validation_precision(precision);
           options.seed = seed;
           if (!progress.is_none()) {
             options.progress = [progress](const std::string& backend, const std::string& step, int done, int total) {

@@ -16,7 +16,7 @@ import warnings
 import torch
 
 from . import _C, _optimizer_state, _placement
-from . import checkpoint as _files
+from . import _safetensors_io as _files
 
 FORMAT = "torchbridge.training_state/1"
 _MODEL = "model."

@@ -19,7 +19,7 @@ import torch
 from torch.utils.dlpack import from_dlpack, to_dlpack
 
 from . import _C
-from .deployment._common import flatten
+from ._outputs import flatten
 
 __all__ = ["UnifiedValidator", "ValidationResult", "builtin_model", "builtin_model_names"]
 

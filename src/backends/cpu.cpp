@@ -1,6 +1,6 @@
 // The CPU as a backend: described from /proc and /sys, measured through the operating system.
 #include "backends/adapters.h"
-#include "core/system_probe.h"
+#include "backends/system_probe.h"
 
 #include <c10/util/Exception.h>
 

@@ -2,7 +2,7 @@
 // description comes from the CUDA driver, so it is what the hardware reports.
 #include "backends/adapters.h"
 #include "backends/cuda_driver.h"
-#include "core/accelerator_backend.h"
+#include "backends/accelerator_backend.h"
 
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/version.h>

@@ -1,6 +1,6 @@
 #include "backends/cuda_driver.h"
 
-#include "backends/dynamic_library.h"
+#include "core/dynamic_library.h"
 
 #include <c10/util/Exception.h>
 

@@ -1,7 +1,7 @@
 // Apple GPUs through torch's MPS build (macOS). One device; memory figures come from the MPS
 // allocator through torch's MPS hooks, since it is not a c10::DeviceAllocator.
 #include "backends/adapters.h"
-#include "core/accelerator_backend.h"
+#include "backends/accelerator_backend.h"
 
 #include <ATen/detail/MPSHooksInterface.h>
 #include <torch/version.h>

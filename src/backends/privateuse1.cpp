@@ -1,7 +1,7 @@
 // Whatever device occupies PyTorch's PrivateUse1 slot in this process (a TorchBridge SDK device
 // or any other vendor's plugin), described only through c10's device-generic interfaces.
 #include "backends/adapters.h"
-#include "core/accelerator_backend.h"
+#include "backends/accelerator_backend.h"
 
 #include <torchbridge/privateuse1.h>
 

@@ -2,8 +2,8 @@
 // (CUDA hooks' hasROCM) tells the two apart. Names and versions come from the HIP runtime,
 // opened at run time; only HIP calls whose signatures carry no versioned enums or structs are used.
 #include "backends/adapters.h"
-#include "backends/dynamic_library.h"
-#include "core/accelerator_backend.h"
+#include "core/dynamic_library.h"
+#include "backends/accelerator_backend.h"
 
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/version.h>

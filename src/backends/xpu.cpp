@@ -2,7 +2,7 @@
 // torch's device-generic machinery; the device name needs SYCL, which only the Python package
 // reaches (torch.xpu.get_device_properties), so the C++ description leaves it empty.
 #include "backends/adapters.h"
-#include "core/accelerator_backend.h"
+#include "backends/accelerator_backend.h"
 
 #include <ATen/detail/XPUHooksInterface.h>
 #include <torch/version.h>

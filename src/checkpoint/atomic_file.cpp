@@ -3,14 +3,45 @@
 #include <c10/util/Exception.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <mutex>
+#include <string>
 
 namespace torchbridge::checkpoint {
+namespace {
+
+// The process's umask. Linux reports it in /proc/self/status (since 4.7); elsewhere it can only be
+// read by setting it, which is done under a lock and undone at once.
+mode_t current_umask() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Umask:", 0) == 0) return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+  }
+  static std::mutex mutex;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return mask;
+}
+
+// The permissions the replacement gets: those of the file it replaces, else what open(2) would
+// give a new file (0666 less the umask). mkstemp's 0600 would hide every checkpoint from the
+// user's group.
+mode_t mode_for(const std::string& target) {
+  struct stat existing {};
+  if (::stat(target.c_str(), &existing) == 0 && S_ISREG(existing.st_mode)) return existing.st_mode & 07777;
+  return 0666 & ~current_umask();
+}
+
+}  // namespace
 
 AtomicFile::AtomicFile(const std::string& target) : target_(target) {
   const auto slash = target.find_last_of('/');
@@ -19,6 +50,12 @@ AtomicFile::AtomicFile(const std::string& target) : target_(target) {
   fd_ = mkstemp(pattern.data());
   TORCH_CHECK(fd_ >= 0, target, ": cannot create a temporary file next to it: ", std::strerror(errno));
   path_ = pattern;
+  if (::fchmod(fd_, mode_for(target)) != 0) {
+    const int error = errno;
+    ::close(fd_);  // the destructor does not run for a constructor that throws
+    ::unlink(path_.c_str());
+    TORCH_CHECK(false, target, ": cannot set the permissions of ", path_, ": ", std::strerror(error));
+  }
 }
 
 AtomicFile::~AtomicFile() {
@@ -59,9 +96,11 @@ void AtomicFile::commit() {
   TORCH_CHECK(::rename(path_.c_str(), target_.c_str()) == 0, target_, ": rename failed: ", std::strerror(errno));
   committed_ = true;
   const int dir = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  TORCH_CHECK(dir >= 0 && ::fsync(dir) == 0, target_, ": fsync of directory ", directory_, " failed: ",
-              std::strerror(errno));
-  ::close(dir);
+  TORCH_CHECK(dir >= 0, target_, ": cannot open directory ", directory_, " to fsync it: ", std::strerror(errno));
+  const bool synced = ::fsync(dir) == 0;
+  const int sync_error = errno;
+  ::close(dir);  // on the failure path too
+  TORCH_CHECK(synced, target_, ": fsync of directory ", directory_, " failed: ", std::strerror(sync_error));
 }
 
 }  // namespace torchbridge::checkpoint

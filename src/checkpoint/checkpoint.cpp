@@ -4,15 +4,18 @@
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
-
-#include <sys/stat.h>
+#include <torchbridge/parse_integer.h>
 
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
+#include <string_view>
+#include <system_error>
 
 namespace torchbridge::checkpoint {
 namespace {
@@ -20,13 +23,13 @@ namespace {
 constexpr const char* kIndexSuffix = ".safetensors.index.json";
 
 bool is_directory(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  std::error_code error;
+  return std::filesystem::is_directory(path, error);
 }
 
 bool exists(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0;
+  std::error_code error;
+  return std::filesystem::exists(path, error);
 }
 
 std::string directory_of(const std::string& path) {
@@ -52,7 +55,7 @@ uint64_t parse_size(const std::string& text) {
   size_t digits = 0;
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
   TORCH_CHECK_VALUE(digits > 0, "invalid size '", text, "': expected a number with an optional unit such as 500MB or 2GiB");
-  const uint64_t number = std::stoull(text.substr(0, digits));
+  const uint64_t number = parse_unsigned(std::string_view(text).substr(0, digits), "size");
   const std::string unit = text.substr(digits);
   const std::pair<const char*, uint64_t> units[] = {{"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000'000},
                                                      {"GB", 1000'000'000}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20},
@@ -60,6 +63,8 @@ uint64_t parse_size(const std::string& text) {
   for (const auto& [name, factor] : units) {
     if (unit == name) {
       TORCH_CHECK_VALUE(number > 0, "invalid size '", text, "': must be positive");
+      TORCH_CHECK_VALUE(number <= std::numeric_limits<uint64_t>::max() / factor, "invalid size '", text,
+                        "': more than 2^64 bytes");
       return number * factor;
     }
   }
@@ -140,7 +145,9 @@ std::vector<std::string> save_sharded(const std::string& directory,
                                       const std::string& prefix) {
   TORCH_CHECK_VALUE(max_shard_bytes > 0, directory, ": the maximum shard size must be positive");
   if (!is_directory(directory)) {
-    TORCH_CHECK(::mkdir(directory.c_str(), 0755) == 0, directory, ": cannot create the directory");
+    std::error_code error;
+    std::filesystem::create_directory(directory, error);
+    TORCH_CHECK(!error, directory, ": cannot create the directory: ", error.message());
   }
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> groups(1);
   uint64_t current = 0, total = 0;

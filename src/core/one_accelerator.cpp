@@ -1,7 +1,6 @@
 #include <torchbridge/one_accelerator.h>
 
 #include <torchbridge/backend.h>
-#include <torchbridge/registry.h>
 
 #include <ATen/Context.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
@@ -13,10 +12,7 @@
 namespace torchbridge {
 namespace {
 
-constexpr const char* kWhy =
-    "PyTorch's autograd engine serves one accelerator per process (at::getAccelerator()), and a "
-    "device registered as PrivateUse1 becomes that accelerator, so a backward pass on the other "
-    "device would fail inside PyTorch";
+constexpr const char* kWhy = kOneAcceleratorReason;
 
 // Native accelerator types torch may have been built with, and how a user names them.
 struct NativeType {
@@ -65,31 +61,6 @@ std::optional<std::string> registered_privateuse1_device() {
 bool is_native_accelerator(const Backend& backend) {
   const c10::DeviceType type = backend.device_type();
   return type != c10::DeviceType::CPU && type != c10::DeviceType::PrivateUse1;
-}
-
-std::vector<std::string> sdk_devices_needing_own_process(const std::vector<std::string>& backends) {
-  std::vector<std::string> sdk_devices;
-  bool native = false;
-  for (const auto& name : backends) {
-    const c10::DeviceType type = BackendRegistry::instance().device_type_of(name);
-    if (type == c10::DeviceType::PrivateUse1) sdk_devices.push_back(name);
-    native = native || (type != c10::DeviceType::CPU && type != c10::DeviceType::PrivateUse1);
-  }
-  return native ? sdk_devices : std::vector<std::string>{};
-}
-
-void check_backends_can_share_a_process(const std::vector<std::string>& backends, const std::string& what) {
-  const auto separate = sdk_devices_needing_own_process(backends);
-  if (separate.empty()) return;
-  std::string native;
-  for (const auto& name : backends) {
-    const c10::DeviceType type = BackendRegistry::instance().device_type_of(name);
-    if (native.empty() && type != c10::DeviceType::CPU && type != c10::DeviceType::PrivateUse1) native = name;
-  }
-  TORCH_CHECK_VALUE(false, "cannot ", what, " on SDK device '", separate.front(), "' and native accelerator '", native,
-                    "' in one process: ", kWhy, ". Run '", separate.front(),
-                    "' in a process of its own: `torchbridge validate` and `torchbridge portability` do this by "
-                    "themselves; from the API, use one process per accelerator.");
 }
 
 void check_sdk_device_may_register(const std::string& name) {

@@ -2,8 +2,6 @@
 
 #include <torchbridge/one_accelerator.h>
 
-#include "backends/adapters.h"
-
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -26,27 +24,7 @@ std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
-constexpr int kPrivateUse1Priority = 10;
-
 }  // namespace
-
-BackendRegistry& BackendRegistry::instance() {
-  static BackendRegistry registry;
-  return registry;
-}
-
-BackendRegistry::BackendRegistry() {
-  // Detection priority, best first: cuda > rocm > xpu > mps > tpu > PrivateUse1 hardware > cpu.
-  builtin_ = {
-      {"cuda", {"nvidia"}, 60, adapters::make_cuda_backend()},
-      {"rocm", {"hip", "amd"}, 50, adapters::make_rocm_backend()},
-      {"xpu", {"intel"}, 40, adapters::make_xpu_backend()},
-      {"mps", {"apple"}, 30, adapters::make_mps_backend()},
-      {"tpu", {"xla"}, 20, adapters::make_tpu_backend()},
-      {"privateuseone", {"privateuse1"}, kPrivateUse1Priority, adapters::make_privateuse1_backend()},
-      {"cpu", {}, 0, adapters::make_cpu_backend()},
-  };
-}
 
 std::vector<BackendEntry> BackendRegistry::entries() const {
   std::vector<BackendEntry> out = builtin_;
@@ -145,11 +123,5 @@ void BackendRegistry::set_name_resolver(NameResolver resolver, LoadableNames loa
   resolver_ = std::move(resolver);
   loadable_ = std::move(loadable);
 }
-
-std::shared_ptr<Backend> create_backend(const std::string& name) {
-  return BackendRegistry::instance().create(name);
-}
-
-std::string detect_best_backend() { return BackendRegistry::instance().detect_best_backend(); }
 
 }  // namespace torchbridge

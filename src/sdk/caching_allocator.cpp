@@ -144,15 +144,34 @@ class SdkCachingAllocator final : public CachingAllocator {
       return;
     }
     // Other streams may still read or write this memory: reuse it only after they pass here.
+    // This runs in a deleter, inside a destructor: a runtime failure must not raise. Without an
+    // event the block waits for its streams right here; if even that fails, it is never reused.
     PendingFree pending{block, {}};
+    bool fenced = true;
     for (const c10::StreamId use : block->stream_uses) {
-      tb_event event = nullptr;
-      TB_CALL(event_create, block->device, 0, &event);
       const c10::Stream stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, block->device), use);
-      TB_CALL(event_record, event, native_stream(stream));
-      pending.events.push_back(event);
+      tb_event event = nullptr;
+      if (TB_CALL_OR_WARN(event_create, block->device, 0, &event)) {
+        if (TB_CALL_OR_WARN(event_record, event, native_stream(stream))) {
+          pending.events.push_back(event);
+          continue;
+        }
+        TB_CALL_OR_WARN(event_destroy, event);
+      }
+      fenced = TB_CALL_OR_WARN(stream_synchronize, native_stream(stream)) && fenced;
     }
     block->stream_uses.clear();
+    if (!fenced) {
+      TORCH_WARN("device '", runtime().name(), "': ", block->size, " bytes at ", static_cast<void*>(block->ptr),
+                 " stay unused for the rest of the process: another stream may still use them and the "
+                 "runtime could neither record an event nor synchronize that stream");
+      for (tb_event event : pending.events) TB_CALL_OR_WARN(event_destroy, event);
+      return;
+    }
+    if (pending.events.empty()) {
+      return_to_pool(state, block);
+      return;
+    }
     state.pending.push_back(std::move(pending));
   }
 
@@ -310,13 +329,13 @@ class SdkCachingAllocator final : public CachingAllocator {
       bool done = true;
       for (tb_event event : it->events) {
         if (wait) TB_CALL(event_synchronize, event);
-        else if (runtime().table().event_query(runtime().context(), event) == TB_ERROR_NOT_READY) done = false;
+        else if (!runtime().event_completed(event)) done = false;
       }
       if (!done) {
         ++it;
         continue;
       }
-      for (tb_event event : it->events) runtime().table().event_destroy(runtime().context(), event);
+      for (tb_event event : it->events) TB_CALL_OR_WARN(event_destroy, event);  // a lost event costs nothing
       return_to_pool(state, it->block);
       it = state.pending.erase(it);
     }

@@ -2,19 +2,30 @@
 // work already queued there. Copies with identical layouts move raw bytes; anything else (a dtype
 // change, different strides, a view with holes) is staged on the CPU, where torch's own copy
 // kernels do the conversion, and only whole storage spans cross the bus.
+//
+// Math bits: a tensor with the conjugate or negative bit set holds plain bytes whose values are
+// read conjugated or negated. PyTorch's Conjugate/Negative fallback would resolve such a tensor
+// by clone(), whose copy_ calls _copy_from with the bit still set: unbounded recursion. So
+// _copy_from passes through those keys (register_copy_math_bits) and resolves the bits here, on
+// the host side of the copy, as CUDA's copy kernel does on the GPU.
 #include "sdk/copy.h"
+#include "sdk/registration.h"
 
 #include "sdk/caching_allocator.h"
 #include "sdk/host_allocator.h"
+#include "sdk/recursion_guard.h"
 #include "sdk/runtime_handle.h"
 #include "sdk/stream_registry.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/Event.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace torchbridge::sdk {
 namespace {
@@ -29,9 +40,18 @@ size_t span_bytes(const at::Tensor& t) {
   return static_cast<size_t>(last + 1) * t.element_size();
 }
 
+// Raw bytes can move only when both sides lay out and read their bytes the same way.
 bool same_layout(const at::Tensor& a, const at::Tensor& b) {
   return a.dtype() == b.dtype() && a.sizes() == b.sizes() && a.strides() == b.strides() &&
-         a.is_non_overlapping_and_dense();
+         a.is_non_overlapping_and_dense() && a.is_conj() == b.is_conj() && a.is_neg() == b.is_neg();
+}
+
+// Host tensor `host` (plain bytes) read the way `like` reads its bytes: CPU copy_ then applies the
+// conjugation/negation while it converts, on either side of the copy.
+at::Tensor with_math_bits_of(at::Tensor host, const at::Tensor& like) {
+  host._set_conj(like.is_conj());
+  host._set_neg(like.is_neg());
+  return host;
 }
 
 // A blocking copy ordered on `stream`. When the stream has nothing queued, the copy runs on the
@@ -110,22 +130,32 @@ void upload(const at::Tensor& staging, const at::Tensor& dst) {
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  TORCH_CHECK(self.sizes() == dst.sizes(), "copy between tensors of different shapes: ", self.sizes(), " and ",
-              dst.sizes());
-  if (self.numel() == 0) return dst;
-  if (same_layout(self, dst)) {
-    raw_copy(self, dst, non_blocking);
+  check_stack_headroom("aten::_copy_from");
+  if (dst.numel() == 0) return dst;
+  // copy_ broadcasts its source to the destination's shape, as on every torch device; expand()
+  // raises torch's own error for shapes that do not broadcast.
+  const at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
+  if (same_layout(src, dst)) {
+    raw_copy(src, dst, non_blocking);
     return dst;
   }
-  const at::Tensor source = on_sdk_device(self) ? download(self) : self;
+  const at::Tensor source = on_sdk_device(src) ? with_math_bits_of(download(src), src) : src;
   if (!on_sdk_device(dst)) {
     dst.copy_(source);
     return dst;
   }
   at::Tensor staging = staging_for(dst);
-  staging.copy_(source);
+  with_math_bits_of(staging, dst).copy_(source);  // the bytes dst must hold, math bits included
   upload(staging, dst);
   return dst;
+}
+
+void register_copy_math_bits() {
+  for (const auto key : {c10::DispatchKey::Conjugate, c10::DispatchKey::Negative}) {
+    auto* library = new torch::Library(torch::Library::IMPL, "aten", key, __FILE__, __LINE__);
+    library->impl("_copy_from", torch::CppFunction::makeFallthrough());
+    library->impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+  }
 }
 
 }  // namespace torchbridge::sdk

@@ -8,6 +8,7 @@
 #include "sdk/fallback.h"
 #include "sdk/generator.h"
 #include "sdk/host_replicas.h"
+#include "sdk/recursion_guard.h"
 #include "sdk/runtime_handle.h"
 
 #include <torchbridge/sdk/device.h>
@@ -32,6 +33,11 @@ std::mutex counts_mutex;
 // names; names are only built when counts are read.
 std::map<const void*, std::pair<std::string, int64_t>> counts_by_operator;
 std::map<std::string, int64_t> counts_by_name;  // paths that are not boxed (convolution)
+
+// The way out, in every strict-mode refusal.
+constexpr const char* kStrictWayOut =
+    " (unset it to let the operator run on the CPU; fallback_counts(), in Python "
+    "torchbridge.devices.fallback_counts(), lists every operator that does)";
 
 bool strict_mode() {
   const char* value = std::getenv(kStrictEnvVar);
@@ -72,7 +78,8 @@ void substitute_generators(const c10::OperatorHandle& op, torch::jit::Stack* sta
 
 void check_not_strict(const c10::OperatorName& op) {
   TORCH_CHECK_NOT_IMPLEMENTED(!strict_mode(), "operator ", c10::toString(op), " has no native kernel for device '",
-                              runtime().name(), "', and ", kStrictEnvVar, "=1 forbids running it on the CPU fallback");
+                              runtime().name(), "', and ", kStrictEnvVar, "=1 forbids running it on the CPU fallback",
+                              kStrictWayOut);
 }
 
 // Like every torch device: an operator's tensors must live on one device; 0-dim CPU tensors count
@@ -94,8 +101,9 @@ void check_one_device(const c10::OperatorHandle& op, const torch::jit::Stack& st
 }
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  check_one_device(op, *stack);
   const c10::OperatorName& name = op.operator_name();
+  const FallbackDepthGuard depth_guard(name);  // runaway recursion: an error, not a stack overflow
+  check_one_device(op, *stack);
   check_not_strict(name);
   {
     std::lock_guard<std::mutex> lock(counts_mutex);
@@ -104,14 +112,18 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     ++it->second.second;
   }
   substitute_generators(op, stack);
+  if (run_sparse_on_cpu(op, stack)) return;
   run_on_host(op, stack);
 }
 
 }  // namespace
 
+void boxed_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { fallback(op, stack); }
+
 void note_cpu_fallback(const std::string& op) {
   TORCH_CHECK_NOT_IMPLEMENTED(!strict_mode(), "operator ", op, " has no native kernel for device '",
-                              runtime().name(), "', and ", kStrictEnvVar, "=1 forbids running it on the CPU fallback");
+                              runtime().name(), "', and ", kStrictEnvVar, "=1 forbids running it on the CPU fallback",
+                              kStrictWayOut);
   std::lock_guard<std::mutex> lock(counts_mutex);
   ++counts_by_name[op];
 }

@@ -70,20 +70,28 @@ class SdkHostAllocator final : public HostAllocator {
     return p < it->first + it->second.size && !it->second.freed ? it : blocks_.end();
   }
 
+  // reap() also runs from the deleter, which must not raise: a failed query warns and counts as
+  // pending, so a block a copy may still read is never handed back.
+  static bool completed_without_raising(tb_event event) {
+    const tb_status status = runtime().table().event_query(runtime().context(), event);
+    if (status == TB_ERROR_NOT_READY) return false;
+    return runtime().warn_unless_success(status, "event_query");
+  }
+
   // Returns freed blocks whose recorded copies have all completed to the runtime.
   void reap() {
     for (auto it = blocks_.begin(); it != blocks_.end();) {
       HostBlock& block = it->second;
       bool idle = block.freed;
       for (tb_event event : block.uses) {
-        if (idle && runtime().table().event_query(runtime().context(), event) == TB_ERROR_NOT_READY) idle = false;
+        if (idle) idle = completed_without_raising(event);
       }
       if (!idle) {
         ++it;
         continue;
       }
-      for (tb_event event : block.uses) runtime().table().event_destroy(runtime().context(), event);
-      runtime().table().host_free(runtime().context(), it->first);
+      for (tb_event event : block.uses) TB_CALL_OR_WARN(event_destroy, event);
+      TB_CALL_OR_WARN(host_free, it->first);
       it = blocks_.erase(it);
     }
   }

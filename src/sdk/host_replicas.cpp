@@ -228,6 +228,19 @@ void write_back(Replica& replica, std::vector<Slot>& slots, size_t index) {
   for (Slot* s : changed) s->device.copy_(s->host);
 }
 
+// A kernel may leave a written argument as a conjugate or negative view of what it computed
+// (linalg_lu_solve with left=False does): its bytes then mean something else than the device
+// tensor's bits say. The value is resolved on the host and copied in, honouring the device
+// tensor's own bits.
+void resolve_math_bits(const std::vector<Slot>& slots) {
+  for (const Slot& s : slots) {
+    if (!s.written || s.replica == kNoReplica) continue;
+    if (s.host.is_conj() == s.device.is_conj() && s.host.is_neg() == s.device.is_neg()) continue;
+    const at::Tensor value = s.host.resolve_conj().resolve_neg().clone();  // never aliases the device
+    s.device.copy_(value);
+  }
+}
+
 // A result of the CPU kernel as a device tensor: a view of an aliased device storage stays that
 // view; anything else is new memory and is copied over.
 at::Tensor to_device(const at::Tensor& result, const std::vector<Replica>& replicas, const c10::Device& target) {
@@ -311,6 +324,7 @@ void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (size_t r = 0; r < replicas.size(); ++r) {
     if (replicas[r].written) write_back(replicas[r], slots, r);
   }
+  resolve_math_bits(slots);
   for (const Slot& s : slots) {
     if (s.written && s.replica == kNoReplica) at::_copy_from_and_resize(s.host, s.device);
   }

@@ -5,6 +5,7 @@
 #include "sdk/caching_allocator.h"
 #include "sdk/copy.h"
 #include "sdk/hooks.h"
+#include "sdk/recursion_guard.h"
 #include "sdk/runtime_handle.h"
 #include "sdk/stream_registry.h"
 
@@ -14,6 +15,9 @@
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -37,6 +41,7 @@ c10::Device target_device(std::optional<c10::Device> device) {
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                                std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
+  check_stack_headroom("aten::empty.memory_format");  // recursions that create device tensors stop here
   TORCH_CHECK(!pin_memory.value_or(false), "only CPU tensors can be pinned, not ", runtime().name(), " tensors");
   TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided, runtime().name(), " supports strided tensors only");
   const c10::DeviceGuard guard(target_device(device));
@@ -46,6 +51,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
                          std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                          std::optional<bool> pin_memory) {
+  check_stack_headroom("aten::empty_strided");
   TORCH_CHECK(!pin_memory.value_or(false), "only CPU tensors can be pinned, not ", runtime().name(), " tensors");
   TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided, runtime().name(), " supports strided tensors only");
   const c10::DeviceGuard guard(target_device(device));
@@ -130,6 +136,13 @@ void register_native_ops() {
   library->impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
   library->impl("view", TORCH_FN(at::native::view));
   library->impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  // The view operators torch gives per-backend (not composite) kernels: through the CPU fallback
+  // they would return copies, so writes through the "view" were lost (and complex make_tensor on
+  // the device, which fills view_as_real(result), left its result uninitialized). torch's own
+  // kernels only compute geometry over the same storage, so they serve any device.
+  library->impl("unfold", TORCH_FN(at::native::unfold));
+  library->impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  library->impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   library->impl("resize_", TORCH_FN(resize_in_place));
   library->impl("set_.source_Storage", TORCH_FN(at::native::set_));
   library->impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));

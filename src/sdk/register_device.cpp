@@ -3,6 +3,7 @@
 // `create_backend("emu")` or `torchbridge info --backend emu` loads the device with no other step.
 #include <torchbridge/sdk/device.h>
 
+#include "core/dynamic_library.h"
 #include "sdk/caching_allocator.h"
 #include "sdk/generator.h"
 #include "sdk/guard_impl.h"
@@ -19,13 +20,12 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
-#include <dirent.h>
 #include <dlfcn.h>
-#include <sys/stat.h>
 
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -117,13 +117,19 @@ std::string library_file(const std::string& name) { return "libtorchbridge_devic
 std::optional<std::string> find_library(const std::string& name) {
   for (const auto& dir : search_directories()) {
     const std::string path = dir + "/" + library_file(name);
-    struct stat st {};
-    if (stat(path.c_str(), &st) == 0) return path;
+    std::error_code error;
+    if (std::filesystem::exists(path, error)) return path;
   }
   return std::nullopt;
 }
 
-// The backend registry consults this for names it does not know.
+// The backend registry consults this for names it does not know, so that create_backend("emu")
+// loads the emu device library on demand. The registry sits in a lower layer than the SDK and may
+// not call it, so the SDK hands the registry a callback — an inversion of control, installed when
+// libtorchbridge is loaded because the SDK lives in that same library: any program that can call
+// create_backend() has this installed, without an init call to forget. It is safe at static-init
+// time: BackendRegistry::instance() is a function-local static, built on first use, and the
+// callback only runs when a name is looked up, after static initialisation.
 const bool resolver_installed = [] {
   BackendRegistry::instance().set_name_resolver(
       [](const std::string& name) {
@@ -170,11 +176,14 @@ void register_runtime(const tb_runtime* table) {
   (void)guard_registrar;
   at::RegisterPrivateUse1HooksInterface(make_hooks());
   register_native_ops();
+  register_copy_math_bits();
   register_convolution();
   register_batch_norm();
   register_rnn_cells();
   register_record_stream();
   register_cpu_fallback();
+  register_sparse();
+  register_quantized_refusal();
   register_autocast();
   declare_to_backend_layer(first.vendor, first.is_real_hardware != 0);
   registered_table = table;
@@ -189,9 +198,9 @@ void load_device(const std::string& name) {
   for (const auto& dir : search_directories()) searched += " " + dir;
   TORCH_CHECK(path.has_value(), "no device library ", library_file(name), " found (searched", searched,
               "; set ", kDevicePathEnvVar, " to add directories)");
-  void* handle = dlopen(path->c_str(), RTLD_NOW | RTLD_LOCAL);
-  TORCH_CHECK(handle != nullptr, "cannot load device library ", *path, ": ", dlerror());
-  auto entry = reinterpret_cast<tb_runtime_entry_fn>(dlsym(handle, TB_RUNTIME_ENTRY_SYMBOL));
+  DynamicLibrary library(path->c_str());  // closed again if anything below refuses it
+  TORCH_CHECK(library.loaded(), "cannot load device library ", *path, ": ", library.load_error());
+  const auto entry = library.function<tb_runtime_entry_fn>(TB_RUNTIME_ENTRY_SYMBOL);
   TORCH_CHECK(entry != nullptr, "device library ", *path, " does not export ", TB_RUNTIME_ENTRY_SYMBOL);
   const char* error = nullptr;
   const tb_runtime* table = entry(&error);
@@ -199,21 +208,20 @@ void load_device(const std::string& name) {
   TORCH_CHECK(table->name != nullptr && name == table->name, "device library ", *path, " registers '",
               table->name ? table->name : "", "', not '", name, "'");
   register_runtime(table);
+  library.keep_for_process();  // torch now dispatches into its code
 }
 
 std::vector<std::string> available_devices() {
   std::set<std::string> names;
   const std::string prefix = "libtorchbridge_device_";
   for (const auto& dir : search_directories()) {
-    DIR* handle = opendir(dir.c_str());
-    if (handle == nullptr) continue;
-    while (const dirent* entry = readdir(handle)) {
-      const std::string file = entry->d_name;
+    std::error_code error;  // a directory that is missing or unreadable lists nothing
+    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+      const std::string file = entry.path().filename().string();
       if (file.rfind(prefix, 0) == 0 && file.size() > prefix.size() + 3 && file.substr(file.size() - 3) == ".so") {
         names.insert(file.substr(prefix.size(), file.size() - prefix.size() - 3));
       }
     }
-    closedir(handle);
   }
   return {names.begin(), names.end()};
 }

@@ -4,10 +4,16 @@
 
 namespace torchbridge::sdk {
 void register_native_ops();
+// _copy_from and _copy_from_and_resize see conjugate/negative tensors as they are (copy.cpp).
+void register_copy_math_bits();
 void register_convolution();
 void register_batch_norm();
 void register_rnn_cells();
 void register_record_stream();
 void register_cpu_fallback();
+// Sparse layouts: structure kernels plus the CPU fallback for the sparse dispatch keys (sparse.cpp).
+void register_sparse();
+// Quantized tensors: a clear error for every operator (quantized.cpp).
+void register_quantized_refusal();
 void register_autocast();
 }  // namespace torchbridge::sdk

@@ -36,6 +36,19 @@ void RuntimeHandle::check(tb_status status, const char* call) const {
   TORCH_CHECK(false, "device '", *registered_name, "': runtime call ", call, " failed: ", message);
 }
 
+bool RuntimeHandle::warn_unless_success(tb_status status, const char* call) const {
+  if (status == TB_SUCCESS) return true;
+  TORCH_WARN("device '", *registered_name, "': runtime call ", call, " failed: ", describe(status));
+  return false;
+}
+
+bool RuntimeHandle::event_completed(tb_event event) const {
+  const tb_status status = table_->event_query(table_->context, event);
+  if (status == TB_ERROR_NOT_READY) return false;
+  check(status, "event_query");
+  return true;
+}
+
 int RuntimeHandle::device_count() const {
   int32_t count = 0;
   check(table_->device_count(table_->context, &count), "device_count");

@@ -24,6 +24,12 @@ class RuntimeHandle {
   // TB_SUCCESS (out-of-memory raises c10::OutOfMemoryError).
   void check(tb_status status, const char* call) const;
   std::string describe(tb_status status) const;
+  // For paths that must not raise (deleters, which run inside destructors): a failed status
+  // becomes a warning naming the call and the runtime's message, as c10's CUDA allocator does
+  // for a failed free there. Returns whether the call succeeded.
+  bool warn_unless_success(tb_status status, const char* call) const;
+  // Whether `event` has completed. A failed query is neither yes nor no: it raises.
+  bool event_completed(tb_event event) const;
 
   // Calls the table entry `entry` with this runtime's context and checks the result.
   template <typename... Params, typename... Args>
@@ -46,5 +52,9 @@ void set_runtime(const tb_runtime* table);
 
 // Calls entry ENTRY of the registered runtime with its context and checks the result.
 #define TB_CALL(ENTRY, ...) ::torchbridge::sdk::runtime().call(&tb_runtime::ENTRY, #ENTRY, __VA_ARGS__)
+// The same for paths that must not raise: a failure is a warning; evaluates to whether it succeeded.
+#define TB_CALL_OR_WARN(ENTRY, ...)                                                                           \
+  ::torchbridge::sdk::runtime().warn_unless_success(                                                        \
+      ::torchbridge::sdk::runtime().table().ENTRY(::torchbridge::sdk::runtime().context(), __VA_ARGS__), #ENTRY)
 
 }  // namespace torchbridge::sdk

@@ -1,7 +1,7 @@
 #pragma once
 // Measuring one result against its reference, in float64.
 
-#include <torchbridge/validation/tolerances.h>
+#include <torchbridge/precision.h>
 #include <torchbridge/validation/validator.h>
 
 namespace torchbridge::validation {

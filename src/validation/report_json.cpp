@@ -1,4 +1,4 @@
-#include <torchbridge/validation/tolerances.h>
+#include <torchbridge/precision.h>
 #include <torchbridge/validation/validator.h>
 
 #include <c10/util/Exception.h>
@@ -27,7 +27,7 @@ double number_from(const nlohmann::json& value) {
 std::string report_json(const ValidationReport& report, int indent) {
   nlohmann::json checks = nlohmann::json::array();
   for (const auto& c : report.checks) {
-    nlohmann::json item = {{"backend", c.backend}, {"device", c.device}, {"check", c.check},
+    nlohmann::json item = {{"backend", c.backend}, {"device", c.device}, {"check", check_name(c.check)},
                            {"subject", c.subject}, {"passed", c.passed}, {"detail", c.detail}};
     if (c.metrics) {
       item["max_abs_error"] = number(c.metrics->max_abs_error);
@@ -40,16 +40,16 @@ std::string report_json(const ValidationReport& report, int indent) {
   nlohmann::json timings = nlohmann::json::object();
   for (const auto& t : report.timings) timings[t.backend] = t.seconds;
   nlohmann::json tolerances = nlohmann::json::array();
-  for (const auto& row : tolerance_table()) {
+  for (const auto& row : precision_table()) {
     const auto bound = [](const Bound& b) {
       return nlohmann::json{{"atol", b.atol}, {"rtol", b.rtol}, {"min_cosine", b.min_cosine}};
     };
-    tolerances.push_back({{"precision", row.precision}, {"output", bound(row.output)}, {"gradient", bound(row.gradient)}});
+    tolerances.push_back({{"precision", row.name}, {"output", bound(row.output)}, {"gradient", bound(row.gradient)}});
   }
   const nlohmann::json out = {
       {"schema", "torchbridge.validation/1"},
       {"model_kind", report.model_kind},
-      {"precision", report.precision},
+      {"precision", name_of(report.precision)},
       {"reference", report.reference},
       {"backends", report.backends},
       {"valid", report.is_valid()},
@@ -76,12 +76,12 @@ ValidationReport report_from_json(const std::string& text) {
   try {
     ValidationReport report;
     report.model_kind = in.at("model_kind").get<std::string>();
-    report.precision = in.at("precision").get<std::string>();
+    report.precision = parse_precision(in.at("precision").get<std::string>());
     report.reference = in.at("reference").get<std::string>();
     report.backends = in.at("backends").get<std::vector<std::string>>();
     for (const auto& c : in.at("checks")) {
       CheckRecord record{c.at("backend").get<std::string>(), c.at("device").get<std::string>(),
-                         c.at("check").get<std::string>(),   c.at("subject").get<std::string>(),
+                         parse_check_kind(c.at("check").get<std::string>()), c.at("subject").get<std::string>(),
                          c.at("passed").get<bool>(),         std::nullopt,
                          c.at("detail").get<std::string>()};
       if (c.contains("rel_l2_error")) {

@@ -3,6 +3,8 @@
 #include "validation/comparison.h"
 
 #include <torchbridge/one_accelerator.h>
+#include <torchbridge/parse_integer.h>
+#include <torchbridge/process_isolation.h>
 #include <torchbridge/registry.h>
 
 #include <ATen/ATen.h>
@@ -14,6 +16,8 @@
 #include <iomanip>
 #include <map>
 #include <sstream>
+#include <string>
+#include <utility>
 
 namespace torchbridge::validation {
 namespace {
@@ -122,12 +126,12 @@ Reference run_reference(const ModelSource& model, const std::vector<at::Tensor>&
 class BackendValidation {
  public:
   BackendValidation(const std::string& name, Backend& backend, const ModelSource& model,
-                    const std::vector<at::Tensor>& inputs, const Reference& reference, const std::string& precision,
+                    const std::vector<at::Tensor>& inputs, const Reference& reference, Precision precision,
                     ValidationReport& report)
       : name_(name), backend_(backend), device_(backend.device(0)), model_(model), inputs_(inputs),
         reference_(reference), report_(report),
-        tolerance_(tolerance_for(precision == "fp32" && device_.is_cuda() ? "tf32" : precision)),
-        dtype_(compute_dtype(precision)), storage_(parameter_dtype(precision)) {}
+        tolerance_(spec_of(precision == Precision::kFp32 && device_.is_cuda() ? Precision::kTf32 : precision)),
+        dtype_(spec_of(precision).compute), storage_(spec_of(precision).storage) {}
 
   template <typename Progress>
   void run(const Progress& progress) {
@@ -138,7 +142,7 @@ class BackendValidation {
         model_.place(device_, dtype_, storage_)->run(inputs_, reference_.weights);
       }
     } catch (const std::exception& e) {
-      record("run", "model", false, std::nullopt, "failed on " + device_.str() + ": " + error_summary(e.what()));
+      record(CheckKind::kRun, "model", false, std::nullopt, "failed on " + device_.str() + ": " + error_summary(e.what()));
       return;  // nothing else can be checked, and no baseline was taken
     }
     MemoryStats baseline;
@@ -155,19 +159,19 @@ class BackendValidation {
       progress("determinism and round trip");
       check_determinism_and_round_trip(*placed, first);
     } catch (const std::exception& e) {
-      record("run", "model", false, std::nullopt, "failed on " + device_.str() + ": " + error_summary(e.what()));
+      record(CheckKind::kRun, "model", false, std::nullopt, "failed on " + device_.str() + ": " + error_summary(e.what()));
     }
     progress("memory");
     if (memory) check_memory(baseline, settled_memory());
   }
 
  private:
-  void record(const std::string& check, const std::string& subject, bool passed, std::optional<Metrics> metrics,
+  void record(CheckKind check, const std::string& subject, bool passed, std::optional<Metrics> metrics,
               std::string detail) {
     report_.checks.push_back({name_, device_.str(), check, subject, passed, metrics, std::move(detail)});
   }
 
-  void compare_to_reference(const std::string& check, const std::string& subject, const at::Tensor& result,
+  void compare_to_reference(CheckKind check, const std::string& subject, const at::Tensor& result,
                             const at::Tensor& reference) {
     if (result.sizes() != reference.sizes()) {
       std::ostringstream detail;
@@ -176,10 +180,10 @@ class BackendValidation {
       return;
     }
     const Comparison comparison = compare(result, reference);
-    const Bound& bound = check == "gradient" ? tolerance_.gradient : tolerance_.output;
+    const Bound& bound = check == CheckKind::kGradient ? tolerance_.gradient : tolerance_.output;
     const bool passed = within(comparison, bound);
     std::ostringstream detail;
-    detail << (passed ? "within " : "outside ") << tolerance_.precision << " tolerance: relative L2 error "
+    detail << (passed ? "within " : "outside ") << tolerance_.name << " tolerance: relative L2 error "
            << comparison.metrics.rel_l2_error << " (allowed " << bound.rtol << "), cosine "
            << comparison.metrics.cosine_similarity << " (at least " << bound.min_cosine << ")";
     record(check, subject, passed, comparison.metrics, detail.str());
@@ -188,12 +192,12 @@ class BackendValidation {
   void compare_outputs(const RunResult& result) {
     const auto& expected = reference_.result.outputs;
     if (result.outputs.size() != expected.size()) {
-      record("output", "outputs", false, std::nullopt,
+      record(CheckKind::kOutput, "outputs", false, std::nullopt,
              std::to_string(result.outputs.size()) + " outputs, reference has " + std::to_string(expected.size()));
       return;
     }
     for (size_t i = 0; i < expected.size(); ++i) {
-      compare_to_reference("output", "output " + std::to_string(i), result.outputs[i], expected[i]);
+      compare_to_reference(CheckKind::kOutput, "output " + std::to_string(i), result.outputs[i], expected[i]);
     }
   }
 
@@ -202,14 +206,14 @@ class BackendValidation {
     for (const auto& [name, expected] : reference_.result.gradients) {
       const auto it = got.find(name);
       if (it == got.end()) {
-        record("gradient", name, false, std::nullopt, "no gradient on " + device_.str() + "; the reference has one");
+        record(CheckKind::kGradient, name, false, std::nullopt, "no gradient on " + device_.str() + "; the reference has one");
         continue;
       }
-      compare_to_reference("gradient", name, it->second, expected);
+      compare_to_reference(CheckKind::kGradient, name, it->second, expected);
       got.erase(it);
     }
     for (const auto& [name, tensor] : got) {
-      record("gradient", name, false, std::nullopt, "a gradient on " + device_.str() + " but none in the reference");
+      record(CheckKind::kGradient, name, false, std::nullopt, "a gradient on " + device_.str() + " but none in the reference");
     }
   }
 
@@ -226,7 +230,7 @@ class BackendValidation {
                                         : "gradient of " + result.gradients[i - result.outputs.size()].first;
       }
     }
-    record("finite", "outputs and gradients", bad.empty(), std::nullopt,
+    record(CheckKind::kFinite, "outputs and gradients", bad.empty(), std::nullopt,
            bad.empty() ? "no NaN or Inf" : bad + " holds NaN or Inf");
   }
 
@@ -278,9 +282,9 @@ class BackendValidation {
     Metrics reload_metrics;
     reload_metrics.max_abs_error = after_reload.largest;
     if (after_reload.first.empty()) {
-      record("determinism", compared, true, reload_metrics,
+      record(CheckKind::kDeterminism, compared, true, reload_metrics,
              "a second run (on the reloaded copy) gave " + compared + " " + rule + " to the first");
-      record("round_trip", "save and reload on " + device_.str(), true, reload_metrics,
+      record(CheckKind::kRoundTrip, "save and reload on " + device_.str(), true, reload_metrics,
              "the copy saved and reloaded on " + device_.str() + " reproduced the " + compared + ", " + rule);
       return;
     }
@@ -288,7 +292,7 @@ class BackendValidation {
     const Difference repeat = difference(first, again, with_gradients);
     Metrics repeat_metrics;
     repeat_metrics.max_abs_error = repeat.largest;
-    record("determinism", compared, repeat.first.empty(), repeat_metrics,
+    record(CheckKind::kDeterminism, compared, repeat.first.empty(), repeat_metrics,
            repeat.first.empty() ? "two runs on the same copy were " + rule
                                 : "two runs on the same copy differ (must be " + rule + "); first in " + repeat.first +
                                       ", largest difference " + scientific(repeat.largest));
@@ -296,7 +300,7 @@ class BackendValidation {
     const Difference versus_repeat = difference(again, reloaded, with_gradients);
     const bool reload_ok = versus_repeat.first.empty() ||
                            (!repeat.first.empty() && within_tolerance(first, reloaded));
-    record("round_trip", "save and reload on " + device_.str(), reload_ok, reload_metrics,
+    record(CheckKind::kRoundTrip, "save and reload on " + device_.str(), reload_ok, reload_metrics,
            reload_ok ? "the reloaded copy reproduced the results"
                      : "the reloaded copy's results differ from the original copy's; first in " + after_reload.first +
                            ", largest difference " + scientific(after_reload.largest));
@@ -338,7 +342,7 @@ class BackendValidation {
                                     after.source + ")");
       return;
     }
-    record("memory", "returns to baseline", passed, std::nullopt, detail.str());
+    record(CheckKind::kMemory, "returns to baseline", passed, std::nullopt, detail.str());
   }
 
   std::string name_;
@@ -348,7 +352,7 @@ class BackendValidation {
   const std::vector<at::Tensor>& inputs_;
   const Reference& reference_;
   ValidationReport& report_;
-  Tolerance tolerance_;
+  const PrecisionSpec& tolerance_;  // the bounds the comparisons use
   c10::ScalarType dtype_;
   c10::ScalarType storage_;
 };
@@ -361,17 +365,37 @@ int ValidationReport::passed() const {
   return count;
 }
 
-c10::ScalarType compute_dtype(const std::string& precision) {
-  if (precision == "fp64") return at::kDouble;
-  if (precision == "fp8") return at::kBFloat16;
-  if (precision == "fp32") return at::kFloat;
-  if (precision == "bf16") return at::kBFloat16;
-  if (precision == "fp16") return at::kHalf;
-  TORCH_CHECK_VALUE(false, "precision '", precision, "' cannot be validated: expected fp64, fp32, bf16, fp16 or fp8");
+namespace {
+constexpr std::pair<CheckKind, const char*> kCheckNames[] = {
+    {CheckKind::kRun, "run"},           {CheckKind::kOutput, "output"},
+    {CheckKind::kGradient, "gradient"}, {CheckKind::kFinite, "finite"},
+    {CheckKind::kDeterminism, "determinism"}, {CheckKind::kRoundTrip, "round_trip"},
+    {CheckKind::kMemory, "memory"},
+};
+}  // namespace
+
+const char* check_name(CheckKind kind) {
+  for (const auto& [k, name] : kCheckNames) {
+    if (k == kind) return name;
+  }
+  TORCH_CHECK(false, "check kind ", static_cast<int>(kind), " has no name");
 }
 
-c10::ScalarType parameter_dtype(const std::string& precision) {
-  return precision == "fp8" ? at::kFloat8_e4m3fn : compute_dtype(precision);
+CheckKind parse_check_kind(const std::string& name) {
+  std::string valid;
+  for (const auto& [kind, known] : kCheckNames) {
+    if (name == known) return kind;
+    valid += (valid.empty() ? "" : ", ") + std::string(known);
+  }
+  TORCH_CHECK_VALUE(false, "unknown check '", name, "': expected one of ", valid);
+}
+
+Precision validation_precision(const std::string& name) {
+  const Precision precision = parse_precision(name);
+  TORCH_CHECK_VALUE(!spec_of(precision).tf32_matmuls, "precision '", name,
+                    "' cannot be validated on its own: fp32 on CUDA runs matmuls in TF32 and is held to the tf32 "
+                    "bound; choose fp64, fp32, bf16, fp16 or fp8");
+  return precision;
 }
 
 std::vector<int64_t> parse_shape(const std::string& text) {
@@ -379,16 +403,12 @@ std::vector<int64_t> parse_shape(const std::string& text) {
   std::stringstream stream(text);
   std::string item;
   while (std::getline(stream, item, ',')) {
-    size_t used = 0;
-    int64_t size = 0;
     try {
-      size = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
+      shape.push_back(parse_integer(item, "size", 1));
+    } catch (const c10::ValueError&) {
+      TORCH_CHECK_VALUE(false, "input shape '", text,
+                        "' is not a comma-separated list of positive integers (bad entry '", item, "')");
     }
-    TORCH_CHECK_VALUE(used == item.size() && !item.empty() && size > 0, "input shape '", text,
-                      "' is not a comma-separated list of positive integers (bad entry '", item, "')");
-    shape.push_back(size);
   }
   TORCH_CHECK_VALUE(!shape.empty() && text.back() != ',', "input shape '", text,
                     "' is not a comma-separated list of positive integers");
@@ -397,7 +417,8 @@ std::vector<int64_t> parse_shape(const std::string& text) {
 
 Validator::Validator(ValidatorOptions options) : options_(std::move(options)) {
   TORCH_CHECK_VALUE(!options_.backends.empty(), "no backends to validate on");
-  compute_dtype(options_.precision);
+  TORCH_CHECK_VALUE(!spec_of(options_.precision).tf32_matmuls, "the validator does not run tf32 on its own: fp32 "
+                    "on CUDA runs matmuls in TF32 and is held to the tf32 bound");
   check_backends_can_share_a_process(options_.backends, "validate");
   for (const auto& name : options_.backends) backends_.push_back(create_backend(name));
 }
@@ -426,14 +447,15 @@ ValidationReport Validator::validate(const ModelSource& model, const std::vector
   const auto reference_start = Clock::now();
   // Inputs rounded to the compute precision: the reference and the backends start from the
   // same values, so a comparison measures the backends' arithmetic.
-  const c10::ScalarType compute = compute_dtype(options_.precision);
+  const PrecisionSpec& spec = spec_of(options_.precision);
+  const c10::ScalarType compute = spec.compute;
   std::vector<at::Tensor> rounded_inputs;
   for (const auto& input : inputs) {
     rounded_inputs.push_back(at::isFloatingType(input.scalar_type()) ? input.to(compute).to(input.scalar_type())
                                                                      : input);
   }
   const Reference reference =
-      run_reference(model, rounded_inputs, options_.seed, compute, parameter_dtype(options_.precision));
+      run_reference(model, rounded_inputs, options_.seed, compute, spec.storage);
   report.reference_seconds = seconds_since(reference_start);
   report.reference = reference.description;
   for (size_t b = 0; b < backends_.size(); ++b) {

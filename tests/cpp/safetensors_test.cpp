@@ -1,5 +1,6 @@
 // The C++ safetensors reader and writer: round trips, aliasing, and a corpus of malformed files,
 // each with the exact problem the reader must name.
+#include <torchbridge/checkpoint/checkpoint.h>
 #include <torchbridge/checkpoint/safetensors.h>
 
 #include <ATen/ATen.h>
@@ -8,9 +9,16 @@
 #include "error_message.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdint>
 #include <fstream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace torchbridge::checkpoint {
 namespace {
@@ -104,6 +112,41 @@ TEST(Safetensors, SharedStorageIsRefusedAndTheExistingFileSurvives) {
     EXPECT_EQ(std::string(entry->d_name).find("shared.safetensors.tmp-"), std::string::npos) << entry->d_name;
   }
   closedir(dir);
+}
+
+// A saved checkpoint gets the permissions any new file gets (0666 less the umask), as
+// torch.save's files do; replacing a file keeps that file's permissions. mkstemp alone gave 0600.
+TEST(Safetensors, SavedFilesGetTheUsualPermissions) {
+  const std::string path = temp_path("mode.safetensors");
+  ::unlink(path.c_str());
+  const mode_t previous = ::umask(022);
+  save(path, {{"w", at::ones({2})}});
+  struct stat info {};
+  ASSERT_EQ(::stat(path.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0644u);
+
+  ::umask(027);
+  ::unlink(path.c_str());
+  save(path, {{"w", at::ones({2})}});
+  ASSERT_EQ(::stat(path.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0640u);
+
+  ASSERT_EQ(::chmod(path.c_str(), 0604), 0);  // replacing keeps the replaced file's permissions
+  save(path, {{"w", at::zeros({2})}});
+  ASSERT_EQ(::stat(path.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0604u);
+  ::umask(previous);
+}
+
+// Shard sizes given as text: a number too large for 64 bits, or one that overflows with its unit,
+// is a clear error naming the text (std::stoull's out_of_range escaped as an unnamed exception).
+TEST(Checkpoint, ShardSizesAreParsedStrictly) {
+  EXPECT_EQ(parse_size("500MB"), 500'000'000u);
+  EXPECT_EQ(parse_size("2GiB"), uint64_t{2} << 30);
+  EXPECT_NE(error_of([] { parse_size("99999999999999999999999MB"); }).find("size"), std::string::npos);
+  const std::string overflow = error_of([] { parse_size("17179869184GiB"); });
+  EXPECT_NE(overflow.find("invalid size '17179869184GiB'"), std::string::npos) << overflow;
+  EXPECT_NE(error_of([] { parse_size("12XB"); }).find("unknown unit 'XB'"), std::string::npos);
 }
 
 std::string deeply_nested(int levels) {

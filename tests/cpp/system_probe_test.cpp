@@ -1,5 +1,5 @@
 // The /proc/cpuinfo parser on fixed x86 and ARM texts.
-#include "core/system_probe.h"
+#include "backends/system_probe.h"
 
 #include <gtest/gtest.h>
 

@@ -9,13 +9,20 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
+#include <torchbridge/checkpoint/safetensors.h>
+#include <torchbridge/module_state.h>
 
 #include "error_message.h"
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace torchbridge::checkpoint {
 namespace {
@@ -114,6 +121,137 @@ TEST(TrainingStateErrors, MismatchesAreNamed) {
   EXPECT_NE(error_of([&] { load_training_state(path, *other, *other_sgd); }).find("was saved with shape"),
             std::string::npos);
   EXPECT_TRUE(at::equal(other->parameters()[0], untouched)) << "a failed restore partially loaded the model";
+}
+
+// A copy of the training state at `path` with its tensors and metadata edited, as a truncated or
+// crafted file would be.
+std::string rewritten(const std::string& path, const std::string& name,
+                      const std::function<void(NamedTensors&, std::map<std::string, std::string>&)>& edit) {
+  const auto file = SafetensorsFile::open(path);
+  NamedTensors tensors;
+  for (const auto& record : file.tensors()) tensors.emplace_back(record.name, file.load(record.name).clone());
+  auto metadata = file.metadata();
+  edit(tensors, metadata);
+  const std::string out = ::testing::TempDir() + name;
+  save(out, tensors, metadata);
+  return out;
+}
+
+struct SavedRun {
+  std::string path;
+  torch::nn::Sequential model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+};
+
+// An Adam run of 3 steps saved to `name`, and a differently trained model + optimizer to restore into.
+std::pair<std::string, SavedRun> saved_adam_run(const std::string& name) {
+  auto model = make_model(1);
+  auto adam = make_optimizer("Adam", model);
+  train(model, *adam, 3, c10::Device(c10::kCPU));
+  const std::string path = ::testing::TempDir() + name;
+  save_training_state(path, *model, *adam, {7, 1, {}});
+  SavedRun target{path, make_model(2), nullptr};
+  target.optimizer = make_optimizer("Adam", target.model);
+  train(target.model, *target.optimizer, 2, c10::Device(c10::kCPU));
+  return {path, std::move(target)};
+}
+
+// Every parameter and every optimizer state tensor, bitwise, to show nothing changed.
+std::vector<at::Tensor> snapshot(const SavedRun& run) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : run.model->parameters()) out.push_back(p.detach().clone());
+  for (const auto& [impl, state] : run.optimizer->state()) {
+    const auto& s = static_cast<const torch::optim::AdamParamState&>(*state);
+    out.push_back(s.exp_avg().clone());
+    out.push_back(at::scalar_tensor(s.step(), at::kLong));
+  }
+  return out;
+}
+
+bool unchanged(const std::vector<at::Tensor>& before, const SavedRun& run) {
+  const auto after = snapshot(run);
+  if (after.size() != before.size()) return false;
+  for (size_t i = 0; i < before.size(); ++i) {
+    if (!at::equal(before[i], after[i])) return false;
+  }
+  return true;
+}
+
+// A missing metadata key was undefined behaviour (operator[] on a const JSON / map .at without a
+// check); now it is an error naming the file and the key, and nothing changes.
+TEST(TrainingStateErrors, MissingMetadataKeysAreNamedAndChangeNothing) {
+  // Named members, not a structured binding: the lambdas below capture them (clang < 16 refuses
+  // to capture structured bindings).
+  auto saved = saved_adam_run("state_metadata.safetensors");
+  const std::string& path = saved.first;
+  SavedRun& run = saved.second;
+  const auto before = snapshot(run);
+  for (const std::string key : {"torchbridge.step", "torchbridge.epoch", "torchbridge.optimizer"}) {
+    const std::string truncated =
+        rewritten(path, "state_without_key.safetensors", [&](NamedTensors&, auto& metadata) { metadata.erase(key); });
+    const std::string error = error_of([&] { load_training_state(truncated, *run.model, *run.optimizer); });
+    EXPECT_NE(error.find(truncated), std::string::npos) << error;
+    EXPECT_NE(error.find("has no '" + key + "'"), std::string::npos) << error;
+    EXPECT_TRUE(unchanged(before, run)) << key;
+  }
+  const auto broken = [&](const std::string& key, const std::string& value, const std::string& expected) {
+    const std::string crafted =
+        rewritten(path, "state_crafted.safetensors", [&](NamedTensors&, auto& metadata) { metadata[key] = value; });
+    const std::string error = error_of([&] { load_training_state(crafted, *run.model, *run.optimizer); });
+    EXPECT_NE(error.find(expected), std::string::npos) << key << "=" << value << ": " << error;
+    EXPECT_TRUE(unchanged(before, run)) << key << "=" << value;
+  };
+  broken("torchbridge.step", "7x", "metadata 'torchbridge.step' '7x' is not a whole number");
+  broken("torchbridge.optimizer", "{\"type\": \"Adam\"", "'torchbridge.optimizer' is not JSON");
+  broken("torchbridge.optimizer", "{\"type\": \"RMSprop\", \"groups\": []}",
+         "names optimizer 'RMSprop'; TorchBridge restores SGD, Adam, AdamW");
+  broken("torchbridge.optimizer", "{\"type\": \"Adam\", \"groups\": [{\"lr\": 0.1}]}",
+         "group 0 has no number 'beta1'");
+  broken("torchbridge.optimizer", "{\"type\": \"Adam\", \"groups\": []}",
+         "the state has 0 parameter groups but the optimizer has 1");
+}
+
+// The model was replaced before the optimizer state was read, so a bad optimizer tensor left a
+// half-restored run. Now everything is read and checked first.
+TEST(TrainingStateErrors, AFailingOptimizerLoadLeavesModelAndOptimizerUntouched) {
+  // Named members, not a structured binding: the lambdas below capture them (clang < 16 refuses
+  // to capture structured bindings).
+  auto saved = saved_adam_run("state_bad_optimizer.safetensors");
+  const std::string& path = saved.first;
+  SavedRun& run = saved.second;
+  const auto before = snapshot(run);
+  const std::string wrong_shape = rewritten(path, "state_wrong_moment.safetensors", [](NamedTensors& tensors, auto&) {
+    for (auto& [name, tensor] : tensors) {
+      if (name == "optimizer.2.exp_avg") tensor = at::zeros({3, 3});
+    }
+  });
+  const std::string error = error_of([&] { load_training_state(wrong_shape, *run.model, *run.optimizer); });
+  EXPECT_NE(error.find("optimizer state 'optimizer.2.exp_avg' has shape [3, 3] but its parameter has [2, 8]"),
+            std::string::npos)
+      << error;
+  EXPECT_TRUE(unchanged(before, run)) << "a failed optimizer load changed the model or the optimizer";
+  const std::string bad_rng = rewritten(path, "state_bad_rng.safetensors", [](NamedTensors& tensors, auto&) {
+    for (auto& [name, tensor] : tensors) {
+      if (name == "rng.cpu") tensor = tensor.slice(0, 0, 16).clone();
+    }
+  });
+  EXPECT_NE(error_of([&] { load_training_state(bad_rng, *run.model, *run.optimizer); })
+                .find("generator state 'rng.cpu' has 16 elements"),
+            std::string::npos);
+  EXPECT_TRUE(unchanged(before, run));
+  // The intact file still restores, and the step count comes back.
+  EXPECT_EQ(load_training_state(path, *run.model, *run.optimizer).step, 7);
+  EXPECT_FALSE(unchanged(before, run));
+}
+
+TEST(TrainingStateErrors, AnUnsupportedOptimizerIsNamed) {
+  auto model = make_model(1);
+  torch::optim::RMSprop rmsprop(model->parameters(), torch::optim::RMSpropOptions(0.01));
+  const std::string error =
+      error_of([&] { save_training_state(::testing::TempDir() + "rms.safetensors", *model, rmsprop, {}); });
+  EXPECT_NE(error.find("supports the optimizers SGD, Adam, AdamW; this one's options are torch::optim::RMSpropOptions"),
+            std::string::npos)
+      << error;
 }
 
 TEST(TrainingStateDevices, AutoSpreadsModulesOverDevicesByFreeMemory) {

@@ -6,7 +6,7 @@
 #include <torchbridge/one_accelerator.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/validation/builtin_models.h>
-#include <torchbridge/validation/tolerances.h>
+#include <torchbridge/precision.h>
 #include <torchbridge/validation/validator.h>
 
 #include <gtest/gtest.h>
@@ -27,7 +27,7 @@ using test_support::error_of;
 std::vector<CheckRecord> of(const ValidationReport& report, const std::string& backend, const std::string& check) {
   std::vector<CheckRecord> out;
   for (const auto& c : report.checks) {
-    if (c.backend == backend && c.check == check) out.push_back(c);
+    if (c.backend == backend && check_name(c.check) == check) out.push_back(c);
   }
   return out;
 }
@@ -49,13 +49,32 @@ TEST(ValidationMetrics, MatchHandComputedValues) {
 }
 
 TEST(ValidationTolerances, TableHasEveryPrecisionAndRejectsUnknownOnes) {
-  for (const char* precision : {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8"}) {
-    const Tolerance& row = tolerance_for(precision);
-    EXPECT_GT(row.output.rtol, 0) << precision;
-    EXPECT_GE(row.gradient.rtol, row.output.rtol) << precision;
+  for (const char* name : {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8"}) {
+    const PrecisionSpec& row = spec_of(parse_precision(name));
+    EXPECT_STREQ(row.name, name);
+    EXPECT_GT(row.output.rtol, 0) << name;
+    EXPECT_GE(row.gradient.rtol, row.output.rtol) << name;
   }
-  EXPECT_LT(tolerance_for("fp32").output.rtol, tolerance_for("bf16").output.rtol);
-  EXPECT_NE(error_of([] { tolerance_for("int4"); }).find("unknown precision 'int4'"), std::string::npos);
+  EXPECT_LT(spec_of(Precision::kFp32).output.rtol, spec_of(Precision::kBf16).output.rtol);
+  // Each row says what it computes in and keeps parameters in: fp8 is weight-only.
+  EXPECT_EQ(spec_of(Precision::kFp8).compute, at::kBFloat16);
+  EXPECT_EQ(spec_of(Precision::kFp8).storage, at::kFloat8_e4m3fn);
+  EXPECT_TRUE(spec_of(Precision::kTf32).tf32_matmuls);
+  EXPECT_EQ(spec_of(Precision::kTf32).compute, at::kFloat);
+  const std::string unknown = error_of([] { parse_precision("int4"); });
+  EXPECT_NE(unknown.find("unknown precision 'int4': expected one of fp64, fp32, tf32, fp16, bf16, fp8"),
+            std::string::npos) << unknown;
+  EXPECT_NE(error_of([] { validation_precision("tf32"); }).find("cannot be validated on its own"), std::string::npos);
+}
+
+TEST(ValidationChecks, KindsRoundTripThroughTheirReportNames) {
+  for (const auto kind : {CheckKind::kRun, CheckKind::kOutput, CheckKind::kGradient, CheckKind::kFinite,
+                          CheckKind::kDeterminism, CheckKind::kRoundTrip, CheckKind::kMemory}) {
+    EXPECT_EQ(parse_check_kind(check_name(kind)), kind) << check_name(kind);
+  }
+  EXPECT_STREQ(check_name(CheckKind::kRoundTrip), "round_trip");
+  const std::string unknown = error_of([] { parse_check_kind("speed"); });
+  EXPECT_NE(unknown.find("unknown check 'speed': expected one of run, output, gradient"), std::string::npos) << unknown;
 }
 
 // A user's torch::nn module as the C++ API documents them: Cloneable, with a typed forward.
@@ -73,7 +92,7 @@ TORCH_MODULE(Net);
 TEST(Validator, TorchNnModuleIsValidOnCpuAndEmu) {
   torch::manual_seed(0);
   Net net;
-  const Validator validator({{"cpu", "emu"}, "fp32"});
+  const Validator validator({{"cpu", "emu"}, Precision::kFp32});
   const auto report = validator.validate(*model_from(torch::nn::AnyModule(net)), std::vector<std::vector<int64_t>>{{5, 6}});
   EXPECT_TRUE(report.is_valid());
   EXPECT_EQ(report.model_kind, "torch::nn");
@@ -87,11 +106,11 @@ TEST(Validator, TorchNnModuleIsValidOnCpuAndEmu) {
 TEST(Validator, BuiltinTorchScriptModelsAreValidInEveryPrecision) {
   const auto emu = create_backend("emu");
   for (const auto& info : builtin_models()) {
-    for (const char* precision : {"fp32", "bf16", "fp16", "fp8"}) {
+    for (const Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16, Precision::kFp8}) {
       const Validator validator({{"cpu", "emu"}, precision});
       const auto report = validator.validate(*model_from(make_builtin_model(info.name)),
                                              std::vector<std::vector<int64_t>>{info.input_shape});
-      EXPECT_TRUE(report.is_valid()) << info.name << " " << precision << ": " << report.failed() << " failed";
+      EXPECT_TRUE(report.is_valid()) << info.name << " " << name_of(precision) << ": " << report.failed() << " failed";
     }
   }
 }
@@ -115,7 +134,7 @@ def forward(self, x):
     return y
   return y * 1.0001
 )");
-  const auto report = Validator({{"cpu", "emu"}, "fp32"}).validate(*model_from(m), std::vector<std::vector<int64_t>>{{3, 4}});
+  const auto report = Validator({{"cpu", "emu"}, Precision::kFp32}).validate(*model_from(m), std::vector<std::vector<int64_t>>{{3, 4}});
   EXPECT_FALSE(report.is_valid());
   EXPECT_TRUE(of(report, "cpu", "output")[0].passed);
   ASSERT_TRUE(of(report, "emu", "output")[0].metrics);
@@ -127,18 +146,20 @@ TEST(Validator, NanOutputsFailTheFiniteCheck) {
   torch::jit::Module m("Log");
   m.register_parameter("w", torch::ones({4}).set_requires_grad(true), false);
   m.define("def forward(self, x):\n  return torch.log(x * self.w)\n");  // negative inputs give NaN
-  const auto report = Validator({{"cpu"}, "fp32"}).validate(*model_from(m), std::vector<std::vector<int64_t>>{{8, 4}});
+  const auto report = Validator({{"cpu"}, Precision::kFp32}).validate(*model_from(m), std::vector<std::vector<int64_t>>{{8, 4}});
   EXPECT_FALSE(of(report, "cpu", "finite")[0].passed);
   EXPECT_FALSE(of(report, "cpu", "output")[0].passed);  // NaN never compares within tolerance
 }
 
 TEST(Validator, BadInputIsRefusedBeforeAnyReport) {
-  EXPECT_NE(error_of([] { Validator({{"cpu", "nope"}, "fp32"}); }).find("unknown backend 'nope'"), std::string::npos);
-  EXPECT_NE(error_of([] { Validator({{"cpu"}, "int8"}); }).find("precision 'int8'"), std::string::npos);
-  EXPECT_NE(error_of([] { Validator({{}, "fp32"}); }).find("no backends"), std::string::npos);
+  EXPECT_NE(error_of([] { Validator({{"cpu", "nope"}, Precision::kFp32}); }).find("unknown backend 'nope'"), std::string::npos);
+  EXPECT_NE(error_of([] { Validator({{"cpu"}, validation_precision("int8")}); }).find("precision 'int8'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Validator({{"cpu"}, Precision::kTf32}); }).find("does not run tf32"), std::string::npos);
+  EXPECT_NE(error_of([] { Validator({{}, Precision::kFp32}); }).find("no backends"), std::string::npos);
   const auto mlp = make_builtin_model("mlp");
   const std::string wrong = error_of([&] {
-    Validator({{"cpu"}, "fp32"}).validate(*model_from(mlp), std::vector<std::vector<int64_t>>{{4, 7}});
+    Validator({{"cpu"}, Precision::kFp32}).validate(*model_from(mlp), std::vector<std::vector<int64_t>>{{4, 7}});
   });
   EXPECT_NE(wrong.find("does not run on the CPU with inputs of shape [4, 7]"), std::string::npos) << wrong;
   EXPECT_NE(wrong.find("mat1 and mat2 shapes cannot be multiplied"), std::string::npos) << wrong;
@@ -149,7 +170,7 @@ TEST(Validator, BadInputIsRefusedBeforeAnyReport) {
 // An SDK device and a native accelerator cannot share a process for autograd; the Validator says
 // so before loading or running anything (the names alone decide, so this holds on any machine).
 TEST(Validator, AnSdkDeviceBesideANativeAcceleratorIsRefusedBeforeLoading) {
-  const std::string error = error_of([] { Validator({{"cpu", "cuda", "emu"}, "fp32"}); });
+  const std::string error = error_of([] { Validator({{"cpu", "cuda", "emu"}, Precision::kFp32}); });
   EXPECT_NE(error.find("cannot validate on SDK device 'emu' and native accelerator 'cuda' in one process"),
             std::string::npos)
       << error;
@@ -158,7 +179,7 @@ TEST(Validator, AnSdkDeviceBesideANativeAcceleratorIsRefusedBeforeLoading) {
 
 TEST(ValidationReportJson, ReadsBackWhatItWrote) {
   const auto transformer = make_builtin_model("transformer");
-  const ValidationReport written = Validator({{"cpu"}, "fp32"}).validate(
+  const ValidationReport written = Validator({{"cpu"}, Precision::kFp32}).validate(
       *model_from(transformer), std::vector<std::vector<int64_t>>{builtin_model_info("transformer").input_shape});
   const ValidationReport read = report_from_json(report_json(written));
   EXPECT_EQ(read.model_kind, written.model_kind);

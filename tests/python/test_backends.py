@@ -1,6 +1,7 @@
 """The Python backend API against the C++ CLI's JSON and the operating system. No SDK device is
 loaded in this process."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 import torchbridge
-from torchbridge.backends import Backend, BackendFactory, detect_best_backend
+from torchbridge.backends import Backend, BackendFactory, DeviceInfo, detect_best_backend
 from torchbridge.backends.amd import AMDBackend
 from torchbridge.backends.cpu import CPUBackend
 from torchbridge.backends.intel import IntelBackend
@@ -49,28 +50,104 @@ def test_cpu_backend_describes_the_machine():
     assert isinstance(backend, CPUBackend)
     assert backend.device == torch.device("cpu")
     info = backend.get_device_info()
-    assert info["cpu"]["logical_cores"] == os.cpu_count()
+    assert isinstance(info, DeviceInfo)
+    assert info.cpu.logical_cores == os.cpu_count()
     meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
     total = int(meminfo["MemTotal"].split()[0]) * 1024
-    assert info["total_memory_bytes"] == total
-    assert info["memory_total_gb"] == pytest.approx(total / 1024**3)
-    assert torch.float32 in info["supported_dtypes"]
-    assert (torch.bfloat16 in info["supported_dtypes"]) == backend.supports_bf16()
+    assert info.total_memory_bytes == total
+    assert isinstance(info.memory_total_gb, float) and info.memory_total_gb == pytest.approx(total / 1024**3)
+    assert "float32" in info.supported_dtypes and torch.float32 in info.torch_dtypes
+    assert ("bfloat16" in info.supported_dtypes) == backend.supports_bf16()
     assert backend.supports_fp8() is False
     cli_device = cli_json("info", "--backend", "cpu")["backends"][0]["devices"][0]["info"]
-    assert info["name"] == cli_device["name"]
-    assert info["cpu"] == cli_device["cpu"]
+    assert info.name == cli_device["name"]
+    assert info.to_dict()["cpu"] == cli_device["cpu"]
+    assert info.supported_dtypes == tuple(cli_device["supported_dtypes"])
+    assert info.compute_capability == cli_device["architecture"]  # not NVIDIA: the architecture name
 
 
-def test_cpu_memory_stats_move_with_allocations():
+def test_device_info_is_a_frozen_dataclass_with_the_documented_fields_first():
+    info = BackendFactory.create("cpu").get_device_info()
+    names = [f.name for f in dataclasses.fields(info)]
+    assert names[:6] == ["name", "backend", "memory_total_gb", "memory_available_gb", "compute_capability",
+                         "supported_dtypes"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.name = "other"
+    # The documented example, verbatim.
+    text = f"Device: {info.name}\nMemory: {info.memory_total_gb:.1f} GB\nSupported dtypes: {info.supported_dtypes}"
+    assert info.name in text and "float32" in text
+    # Readable print: one line per fact, the name and the memory in GB in it.
+    printed = str(info)
+    assert printed.splitlines()[0].startswith(info.name) and f"{info.memory_total_gb:.2f} GB" in printed
+    # JSON for machines: round-trips, nested dataclasses become dicts, no private fields.
+    data = json.loads(info.to_json())
+    assert data == info.to_dict() and data["name"] == info.name and data["total_memory_bytes"] == info.total_memory_bytes
+    assert isinstance(data["features"], dict) and not any(k.startswith("_") for k in data)
+
+
+def test_device_info_dict_access_still_works_with_a_deprecation_warning():
+    info = BackendFactory.create("cpu").get_device_info()
+    with pytest.warns(DeprecationWarning, match=r"info\['name'\] is deprecated"):
+        assert info["name"] == info.name
+    with pytest.warns(DeprecationWarning):
+        assert info["total_memory_bytes"] == info.total_memory_bytes
+    with pytest.warns(DeprecationWarning):
+        assert torch.float32 in info["supported_dtypes"]  # the old dict held torch dtypes
+    with pytest.warns(DeprecationWarning), pytest.raises(KeyError, match="'nmae'"):
+        info["nmae"]
+
+
+def test_cuda_capability_from_the_architecture():
+    from torchbridge.backends.device_info import compute_capability, cuda_capability
+
+    assert compute_capability("sm_90") == "9.0" and compute_capability("sm_120") == "12.0"
+    assert cuda_capability("sm_86") == (8, 6) and cuda_capability("gfx942") is None
+    assert compute_capability("gfx942") == "gfx942" and compute_capability(None) is None
+
+
+def test_memory_stats_have_the_documented_mb_keys():
     backend = BackendFactory.create("cpu")
-    before = backend.get_memory_stats()
-    assert before["source"].startswith("os:")
-    assert before["reserved_bytes"] is None  # the CPU allocator does not track it: None, not 0
-    big = torch.ones(64 * 1024 * 1024, dtype=torch.uint8)
-    after = backend.get_memory_stats()
-    assert after["allocated_bytes"] - before["allocated_bytes"] >= 48 * 1024 * 1024
-    del big
+    stats = backend.get_memory_stats()
+    for key in ("allocated", "free", "reserved", "total", "peak_allocated"):
+        assert key in stats, key
+        byte_value = stats[f"{key}_bytes"]
+        assert (stats[key] is None) == (byte_value is None)
+        if byte_value is not None:
+            assert stats[key] == pytest.approx(byte_value / 2**20)
+    assert stats["reserved"] is None  # unknown on the CPU stays unknown in MB too, never 0
+    assert stats["total"] == pytest.approx(backend.get_device_info().total_memory_bytes / 2**20)
+
+
+def test_vendor_classes_take_device_index_and_optimization_level():
+    backend = CPUBackend(optimization_level="o0", device_index=0)
+    assert backend.optimization_level == "O0" and backend.device_index == 0
+    model = backend.prepare_model(torch.nn.Linear(3, 2))
+    assert model.weight.device == backend.device
+    # The level given at construction is the one prepare_model applies ...
+    later = CPUBackend(optimization_level="O2")
+    assert later.optimization_level == "O2"
+    with pytest.raises(NotImplementedError, match="O2 is not yet supported"):
+        later.prepare_model(torch.nn.Linear(3, 2))
+    # ... and a per-call level overrides it, both ways.
+    assert later.prepare_model(torch.nn.Linear(3, 2), optimization_level="O0").weight.device == backend.device
+    with pytest.raises(NotImplementedError, match="O2 is not yet supported"):
+        backend.prepare_model(torch.nn.Linear(3, 2), optimization_level="O2")
+    assert BackendFactory.create("cpu", optimization_level="O3").optimization_level == "O3"
+
+
+def test_vendor_class_bad_arguments_name_the_value():
+    with pytest.raises(ValueError, match="'O7'"):
+        CPUBackend(optimization_level="O7")
+    with pytest.raises(TypeError, match="optimization_level must be a str.*got 2"):
+        CPUBackend(optimization_level=2)
+    with pytest.raises(TypeError, match="device_index must be an int.*'0'"):
+        CPUBackend(device_index="0")
+    with pytest.raises(TypeError, match="device_index must be an int.*True"):
+        CPUBackend(device_index=True)
+    with pytest.raises(IndexError, match="device index 5"):
+        CPUBackend(device_index=5)
+    with pytest.raises(TypeError, match="nn.Module"):
+        CPUBackend().prepare_model("model")
 
 
 def test_aliases_and_vendor_classes():

@@ -156,8 +156,65 @@ def test_onnx_outside_the_tolerance_raises(tmp_path):
     model, x = make("block")
     # With no tolerance at all, onnxruntime's own attention/GELU/LayerNorm kernels must differ
     # somewhere from PyTorch's in float32.
-    with pytest.raises(ExportVerificationError, match="output 0: onnxruntime differs from the model by up to"):
+    with pytest.raises(ExportVerificationError, match=r"output 0: onnxruntime at batch size 2 differs from the model by up to"):
         export_to_onnx(model, output_path=tmp_path / "b.onnx", sample_input=x, rtol=0.0, atol=0.0)
+
+
+def graph_batch_dims(path: str):
+    """Dimension 0 of every graph input and output: a name (symbolic) or a number (fixed)."""
+    graph = onnx.load(path).graph
+    return [v.type.tensor_type.shape.dim[0].dim_param or v.type.tensor_type.shape.dim[0].dim_value
+            for v in [*graph.input, *graph.output]]
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_onnx_batch_is_dynamic_by_default(tmp_path, kind):
+    model, x = make(kind)
+    result = export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x)
+    assert result.dynamic_batch is True and result.verified_batch_sizes == (x.shape[0], x.shape[0] + 1)
+    assert all(isinstance(d, str) and d for d in graph_batch_dims(result.path)), graph_batch_dims(result.path)
+    # Independently of the export's own check: onnxruntime at two other batch sizes, against eager.
+    for batch in (1, 7):
+        other = other_input(kind, batch)
+        (got,) = onnxruntime_outputs(result.path, other)
+        with torch.no_grad():
+            want = model(other).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_onnx_batch_of_one_and_script_modules_are_dynamic_too(tmp_path):
+    model, _ = make("mlp")
+    one = export_to_onnx(model, output_path=tmp_path / "one.onnx", sample_input=other_input("mlp", 1))
+    assert one.dynamic_batch and one.verified_batch_sizes == (1, 2)
+    scripted = export_to_onnx(torch.jit.script(model), output_path=tmp_path / "s.onnx", sample_input=other_input("mlp", 3))
+    assert scripted.dynamic_batch and scripted.verified_batch_sizes == (3, 4)
+    for path in (one.path, scripted.path):
+        other = other_input("mlp", 6)
+        with torch.no_grad():
+            np.testing.assert_allclose(onnxruntime_outputs(path, other)[0], model(other).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_onnx_static_batch_on_request(tmp_path):
+    model, x = make("mlp")
+    result = export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x, dynamic_batch=False)
+    assert result.dynamic_batch is False and result.verified_batch_sizes == ()
+    assert graph_batch_dims(result.path) == [x.shape[0], x.shape[0]]
+    (got,) = onnxruntime_outputs(result.path, x)
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(Exception, match="(?i)dimension|shape"):  # onnxruntime refuses another batch size
+        onnxruntime_outputs(result.path, other_input("mlp", 5))
+
+
+def test_onnx_dynamic_batch_bad_arguments(tmp_path):
+    model, x = make("mlp")
+    with pytest.raises(TypeError, match="dynamic_batch must be True, False or None.*got 'yes'"):
+        export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x, dynamic_batch="yes")
+    with pytest.raises(ValueError, match="give dynamic_axes or dynamic_batch, not both"):
+        export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x, dynamic_batch=True,
+                       input_names=["x"], dynamic_axes={"x": {0: "batch"}})
+    assert not any(tmp_path.iterdir()), "a rejected export must not write anything"
 
 
 @pytest.mark.parametrize("kind", MODELS)

@@ -14,7 +14,7 @@ def test_environment_variable_loads_the_device_on_import():
 
 def test_naming_the_device_in_the_factory_loads_it():
     result = run_python("import torch, torchbridge; b = torchbridge.BackendFactory.create('emu'); "
-                        "print(b.device, b.get_device_info()['name'], torch.ones(1, device=b.device).device)")
+                        "print(b.device, b.get_device_info().name, torch.ones(1, device=b.device).device)")
     assert result.returncode == 0, result.stderr
     assert "emu:0 TorchBridge emulated accelerator emu:0" in result.stdout
 

@@ -255,8 +255,8 @@ def test_dtype_policies(tmp_path):
     assert restored.fc1.weight.dtype == torch.bfloat16 and torch.equal(restored.fc1.weight, half.fc1.weight)
 
     # convert_unsupported: bf16 stays only where the device computes it (its own description says).
-    cpu_dtypes = torchbridge.BackendFactory.create("cpu").get_device_info()["supported_dtypes"]
-    emu_dtypes = torchbridge.BackendFactory.create("emu").get_device_info()["supported_dtypes"]
+    cpu_dtypes = torchbridge.BackendFactory.create("cpu").get_device_info().torch_dtypes
+    emu_dtypes = torchbridge.BackendFactory.create("emu").get_device_info().torch_dtypes
     restored = make_model(2)
     checkpoint.load_state(tmp_path / "bf16.safetensors", restored, dtype_policy="convert_unsupported",
                           device_map={"fc1": "cpu", "": "emu:0"})
@@ -278,7 +278,7 @@ def test_fp8_widens_with_its_scale(tmp_path):
     path = checkpoint.save_state(tmp_path / "s.safetensors", saved)
     restored = Fp8()
     checkpoint.load_state(path, restored, dtype_policy="convert_unsupported")
-    dtypes = torchbridge.BackendFactory.create("cpu").get_device_info()["supported_dtypes"]
+    dtypes = torchbridge.BackendFactory.create("cpu").get_device_info().torch_dtypes
     if torch.float8_e4m3fn in dtypes:
         pytest.skip("this CPU computes fp8, so nothing is converted")
     want = torch.bfloat16 if torch.bfloat16 in dtypes else torch.float32

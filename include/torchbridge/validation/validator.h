@@ -2,13 +2,16 @@
 // Cross-backend validation: does a model compute the same thing on each backend as on a trusted
 // reference (the CPU in float64)? The validator runs the model's forward and backward on the
 // reference and on every selected backend and records one check per comparison:
+//   run          the model ran on the backend at all (a failure ends that backend's checks)
 //   output       each output against the reference (max abs/rel error, cosine similarity)
 //   gradient     each parameter's gradient against the reference
 //   finite       no NaN/Inf in outputs or gradients
 //   determinism  a second run on the same copy gives the same results
 //   round_trip   the copy saved in its own format and reloaded on the device reproduces the outputs
 //   memory       the device's allocator and free memory return to their baselines afterwards
-// Tolerances come from one table (tolerances.h).
+// Precisions and their tolerances come from one table (<torchbridge/precision.h>).
+
+#include <torchbridge/precision.h>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -86,10 +89,17 @@ struct Metrics {
   double cosine_similarity = 1;
 };
 
+// What a check looked at (the header comment above says what each means). Reports name them
+// "run", "output", "gradient", "finite", "determinism", "round_trip", "memory".
+enum class CheckKind { kRun, kOutput, kGradient, kFinite, kDeterminism, kRoundTrip, kMemory };
+const char* check_name(CheckKind kind);
+// The kind a report names; anything else raises c10::ValueError listing the names.
+CheckKind parse_check_kind(const std::string& name);
+
 struct CheckRecord {
   std::string backend;  // as the user named it, e.g. "emu"
   std::string device;   // e.g. "emu:0"
-  std::string check;    // output, gradient, finite, determinism, round_trip, memory
+  CheckKind check = CheckKind::kRun;
   std::string subject;  // e.g. "output 0", "layers.0.weight"
   bool passed = false;
   std::optional<Metrics> metrics;  // for comparisons
@@ -103,7 +113,7 @@ struct BackendTiming {
 
 struct ValidationReport {
   std::string model_kind;
-  std::string precision;  // precision on the backends: fp64, fp32, bf16, fp16, fp8
+  Precision precision = Precision::kFp32;  // on the backends: fp64, fp32, bf16, fp16 or fp8
   std::string reference;  // e.g. "cpu float64"
   std::vector<std::string> backends;
   std::vector<CheckRecord> checks;
@@ -119,7 +129,7 @@ struct ValidationReport {
 
 struct ValidatorOptions {
   std::vector<std::string> backends = {"cpu"};  // names or aliases, as `torchbridge info` lists them
-  std::string precision = "fp32";               // fp64, fp32, bf16, fp16 or fp8 (weights)
+  Precision precision = Precision::kFp32;       // fp64, fp32, bf16, fp16 or fp8 (weights); not tf32
   uint64_t seed = 0;                            // for generated inputs
   // Called before each step, e.g. ("emu", "determinism", 3, 12); for progress displays.
   std::function<void(const std::string& backend, const std::string& step, int done, int total)> progress;
@@ -142,11 +152,9 @@ class Validator {
   std::vector<std::shared_ptr<Backend>> backends_;  // one per options_.backends entry
 };
 
-// The dtype a precision computes in: fp64, fp32, bf16, fp16, and bf16 for fp8; others raise.
-c10::ScalarType compute_dtype(const std::string& precision);
-// The dtype parameters are held in: the compute dtype, except fp8, whose parameters are rounded
-// to float8_e4m3fn (weight-only fp8, as fp8 inference deploys; CPUs have no fp8 matmul).
-c10::ScalarType parameter_dtype(const std::string& precision);
+// The precision `name` names, if the validator can run it: tf32 is not one (fp32 on CUDA runs its
+// matmuls in TF32 and is held to the tf32 bound). Raises naming the valid ones.
+Precision validation_precision(const std::string& name);
 // "[8, 16, 32]"-style parsing of "8,16,32"; each size a positive integer. Raises naming the text.
 std::vector<int64_t> parse_shape(const std::string& text);
 

@@ -1,9 +1,9 @@
 """AMD GPUs through torch's ROCm build."""
 
-from .base import Backend
+from .base import VendorBackend
 
 
-class AMDBackend(Backend):
+class AMDBackend(VendorBackend):
     """AMD GPUs through torch's ROCm build, described and measured by the C++ core."""
 
     backend_name = "rocm"

@@ -5,8 +5,12 @@ import json
 import torch
 
 from .. import _C
+from .device_info import DeviceInfo
 
-_GB = 1024**3
+_MB = 1024**2
+#: The documented MB keys of get_memory_stats(), each from its byte-exact key.
+_MB_KEYS = {"allocated": "allocated_bytes", "reserved": "reserved_bytes", "peak_allocated": "peak_allocated_bytes",
+            "free": "free_bytes", "total": "total_bytes"}
 
 
 def detect_best_backend() -> str:
@@ -16,15 +20,51 @@ def detect_best_backend() -> str:
     return _C.detect_best_backend()
 
 
+def memory_stats_with_mb(stats: dict) -> dict:
+    """``stats`` (byte-exact keys) plus the documented MB keys; unknown stays None."""
+    for key, byte_key in _MB_KEYS.items():
+        value = stats.get(byte_key)
+        stats[key] = None if value is None else value / _MB
+    return stats
+
+
+def check_optimization_level(level) -> str:
+    """The canonical level name ("O0".."O3"); TypeError for a non-str, ValueError naming an
+    unknown one. Parsing is the C++ core's (``torchbridge::parse_opt_level``)."""
+    if not isinstance(level, str):
+        raise TypeError(f"optimization_level must be a str, one of 'O0', 'O1', 'O2', 'O3'; got {level!r} "
+                        f"({type(level).__name__})")
+    return _C.parse_opt_level(level)
+
+
+def check_device_index(index) -> int:
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise TypeError(f"device_index must be an int (0 for the first device), got {index!r} ({type(index).__name__})")
+    return index
+
+
+def check_model(model) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"prepare_model needs a torch.nn.Module, got {type(model).__name__}")
+
+
 class Backend:
     """One backend (a vendor's devices, or the CPU). Create with :meth:`BackendFactory.create`
-    or a vendor class such as ``torchbridge.backends.nvidia.NVIDIABackend()``."""
+    or a vendor class such as ``torchbridge.backends.nvidia.NVIDIABackend()``.
+
+    ``device_index`` picks the device this object works on; ``optimization_level`` ("O0".."O3")
+    is the level :meth:`prepare_model` applies unless a call names another. Only O0 exists so far:
+    a backend constructed with O1-O3 is allowed, and ``prepare_model`` then raises
+    NotImplementedError instead of silently running O0."""
 
     #: Registry name a vendor subclass binds to; None for the generic class.
     backend_name = None
 
-    def __init__(self, name: "str | None" = None, device_index: int = 0):
-        name = name or self.backend_name
+    def __init__(self, name: "str | None" = None, device_index: int = 0, optimization_level: str = "O0"):
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"backend name must be a str such as 'cuda', got {name!r} ({type(name).__name__})")
+        check_device_index(device_index)
+        self._optimization_level = check_optimization_level(optimization_level)
         if name is None:
             raise ValueError("Backend needs a backend name, e.g. Backend('cuda')")
         self._native = _C.create(name)  # raises, with the reason, when unavailable
@@ -36,10 +76,22 @@ class Backend:
         self._index = device_index
         self._native.device(device_index)  # validates the index
 
+    def _checked_index(self, index) -> int:
+        return self._index if index is None else check_device_index(index)
+
     # -- identity -------------------------------------------------------------------------------
     @property
     def name(self) -> str:
         return self._native.name
+
+    @property
+    def device_index(self) -> int:
+        return self._index
+
+    @property
+    def optimization_level(self) -> str:
+        """The level :meth:`prepare_model` applies when a call names none."""
+        return self._optimization_level
 
     @property
     def device(self) -> torch.device:
@@ -47,7 +99,7 @@ class Backend:
         return self.device_for(self._index)
 
     def device_for(self, index: int) -> torch.device:
-        device_type, device_index = self._native.device(index)
+        device_type, device_index = self._native.device(check_device_index(index))
         return torch.device(device_type) if device_index is None else torch.device(device_type, device_index)
 
     def device_count(self) -> int:
@@ -57,58 +109,66 @@ class Backend:
         return self._native.is_available()
 
     # -- description ----------------------------------------------------------------------------
-    def get_device_info(self, index: "int | None" = None) -> dict:
-        """The C++ DeviceInfo as a dict, plus the keys users of the original TorchBridge know:
-        ``memory_total_gb``, ``memory_available_gb``, ``compute_capability`` and
-        ``supported_dtypes`` as torch dtypes (``supported_dtype_names`` keeps the strings)."""
-        info = json.loads(self._native.info_json(self._index if index is None else index))
-        total, free = info["total_memory_bytes"], info["free_memory_bytes"]
-        info["memory_total_gb"] = None if total is None else total / _GB
-        info["memory_available_gb"] = None if free is None else free / _GB
-        info["compute_capability"] = info["architecture"]
-        info["device_type"] = self.device.type
-        info["supported_dtype_names"] = list(info["supported_dtypes"])
-        info["supported_dtypes"] = [getattr(torch, n) for n in info["supported_dtypes"] if hasattr(torch, n)]
-        return info
+    def get_device_info(self, index: "int | None" = None) -> DeviceInfo:
+        """The device's :class:`DeviceInfo`, built from the C++ core's DeviceInfo: the documented
+        fields (``name``, ``backend``, ``memory_total_gb``, ``memory_available_gb``,
+        ``compute_capability``, ``supported_dtypes`` as names) and the core's richer ones."""
+        index = self._checked_index(index)
+        return DeviceInfo.from_core_json(self._native.info_json(index), self.device_for(index).type)
 
     def get_memory_stats(self, index: "int | None" = None) -> dict:
-        """The C++ MemoryStats as a dict; ``source`` says where the numbers come from and a value
-        the source cannot give is None."""
-        return json.loads(self._native.memory_stats_json(self._index if index is None else index))
+        """The C++ MemoryStats as a dict: byte-exact keys (``allocated_bytes``, ``reserved_bytes``,
+        ``peak_allocated_bytes``, ``free_bytes``, ``total_bytes``, ...), the documented keys in MB
+        (``allocated``, ``reserved``, ``peak_allocated``, ``free``, ``total``; MB = 2**20 bytes,
+        floats) and ``source``, where the numbers come from. A value the backend cannot measure is
+        None in both forms (the table per backend is in docs/python-api.md)."""
+        return memory_stats_with_mb(json.loads(self._native.memory_stats_json(self._checked_index(index))))
 
     def supports_bf16(self) -> bool:
-        return self.get_device_info()["features"]["bf16"]
+        return self.get_device_info().features.bf16
 
     def supports_fp16(self) -> bool:
-        return self.get_device_info()["features"]["fp16"]
+        return self.get_device_info().features.fp16
 
     def supports_fp8(self) -> bool:
-        return self.get_device_info()["features"]["fp8"]
+        return self.get_device_info().features.fp8
 
     def supports_tf32(self) -> bool:
-        return self.get_device_info()["features"]["tf32"]
+        return self.get_device_info().features.tf32
 
     def supports_flash_attention(self) -> bool:
-        return self.get_device_info()["features"]["flash_attention"]
+        return self.get_device_info().features.flash_attention
 
     # -- operations -----------------------------------------------------------------------------
     def empty_cache(self) -> None:
         self._native.empty_cache()
 
     def synchronize(self, index: "int | None" = None) -> None:
-        self._native.synchronize(self._index if index is None else index)
+        self._native.synchronize(self._checked_index(index))
 
     def reset_peak_memory_stats(self, index: "int | None" = None) -> None:
-        self._native.reset_peak_memory_stats(self._index if index is None else index)
+        self._native.reset_peak_memory_stats(self._checked_index(index))
 
-    def prepare_model(self, model: torch.nn.Module, optimization_level: str = "O0") -> torch.nn.Module:
-        """Places ``model`` on this backend's device. Only O0 exists so far; O1-O3 raise
+    def prepare_model(self, model: torch.nn.Module, optimization_level: "str | None" = None) -> torch.nn.Module:
+        """Places ``model`` on this backend's device at ``optimization_level`` (None: the level
+        this backend was constructed with). Only O0 exists so far; O1-O3 raise
         NotImplementedError instead of silently running O0."""
-        _C.require_supported_opt_level(optimization_level)
+        check_model(model)
+        level = self._optimization_level if optimization_level is None else check_optimization_level(optimization_level)
+        _C.require_supported_opt_level(level)
         return model.to(self.device)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r}, device={self.device})"
+        return (f"{type(self).__name__}(name={self.name!r}, device={self.device}, "
+                f"optimization_level={self._optimization_level!r})")
+
+
+class VendorBackend(Backend):
+    """Base of the per-vendor classes (``NVIDIABackend``, ``AMDBackend``, ...): the backend is the
+    class's own, so the constructor takes only the device and the level."""
+
+    def __init__(self, device_index: int = 0, optimization_level: str = "O0"):
+        super().__init__(self.backend_name, device_index, optimization_level)
 
 
 class BackendFactory:
@@ -116,17 +176,23 @@ class BackendFactory:
     tpu|xla, cpu, or an SDK device name such as emu, which is loaded on request)."""
 
     @staticmethod
-    def create(name: "str | None" = None, device_index: int = 0) -> Backend:
-        """The backend called ``name``, or the best one (``detect_best_backend()``) when None.
-        Unknown names raise ValueError listing the valid ones; unavailable backends raise with
-        the reason. Never a silent fallback to the CPU."""
+    def create(name: "str | None" = None, device_index: int = 0, optimization_level: str = "O0") -> Backend:
+        """The backend called ``name``, or the best one (``detect_best_backend()``) when None, on
+        device ``device_index``, preparing models at ``optimization_level``. Unknown names raise
+        ValueError listing the valid ones; unavailable backends raise with the reason. Never a
+        silent fallback to the CPU."""
         from . import registry
 
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"backend name must be a str such as 'cuda', got {name!r} ({type(name).__name__})")
         name = detect_best_backend() if name is None else name
         if registry.is_python_only(name):  # TPUs: served through torch_xla
-            return registry.backend_class(name)(device_index=device_index)
+            return registry.backend_class(name)(device_index=device_index, optimization_level=optimization_level)
         canonical = _C.lookup(name).name  # raises for unknown names; loads SDK devices
-        return registry.backend_class(canonical)(canonical, device_index)
+        cls = registry.backend_class(canonical)
+        if cls is Backend:  # a PrivateUse1 device: the generic class, told its name
+            return Backend(canonical, device_index, optimization_level)
+        return cls(device_index=device_index, optimization_level=optimization_level)
 
     @staticmethod
     def available_backends() -> "list[str]":

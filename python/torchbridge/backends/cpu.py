@@ -1,9 +1,9 @@
 """The host CPU."""
 
-from .base import Backend
+from .base import VendorBackend
 
 
-class CPUBackend(Backend):
+class CPUBackend(VendorBackend):
     """The host CPU, described and measured by the C++ core."""
 
     backend_name = "cpu"

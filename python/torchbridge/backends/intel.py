@@ -1,9 +1,9 @@
 """Intel GPUs through torch's XPU build."""
 
-from .base import Backend
+from .base import VendorBackend
 
 
-class IntelBackend(Backend):
+class IntelBackend(VendorBackend):
     """Intel GPUs through torch's XPU build, described and measured by the C++ core."""
 
     backend_name = "xpu"

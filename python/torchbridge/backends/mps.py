@@ -1,9 +1,9 @@
 """Apple GPUs through torch's MPS build."""
 
-from .base import Backend
+from .base import VendorBackend
 
 
-class MPSBackend(Backend):
+class MPSBackend(VendorBackend):
     """Apple GPUs through torch's MPS build, described and measured by the C++ core."""
 
     backend_name = "mps"

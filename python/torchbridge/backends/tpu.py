@@ -2,6 +2,9 @@
 
 import torch
 
+from .base import check_device_index, check_model, check_optimization_level, memory_stats_with_mb
+from .device_info import DeviceInfo
+
 _MISSING = (
     "TPUBackend needs the torch_xla package, which is not installed here "
     "(TPUs are driven through torch_xla: pip install torch_xla)"
@@ -19,11 +22,14 @@ def _xla():
 
 class TPUBackend:
     """TPU devices through torch_xla. Raises a clear error naming the missing package when
-    torch_xla is not installed."""
+    torch_xla is not installed. ``device_index`` and ``optimization_level`` as for the other
+    backends (only O0 exists so far)."""
 
     backend_name = "tpu"
 
-    def __init__(self, name: "str | None" = None, device_index: int = 0):
+    def __init__(self, device_index: int = 0, optimization_level: str = "O0"):
+        check_device_index(device_index)
+        self._optimization_level = check_optimization_level(optimization_level)
         self._xm = _xla()
         self._devices = self._xm.get_xla_supported_devices()
         if not self._devices:
@@ -40,6 +46,14 @@ class TPUBackend:
         return "tpu"
 
     @property
+    def device_index(self) -> int:
+        return self._index
+
+    @property
+    def optimization_level(self) -> str:
+        return self._optimization_level
+
+    @property
     def device(self) -> torch.device:
         return torch.device(self._devices[self._index])
 
@@ -50,25 +64,34 @@ class TPUBackend:
         return True
 
     def get_memory_stats(self) -> dict:
+        """torch_xla's own numbers; the byte keys and the documented MB keys. torch_xla reports no
+        reserved figure (None), and a peak only in versions that have ``peak_bytes_used``."""
         memory = self._xm.get_memory_info(self.device)
         used, limit = memory.get("bytes_used"), memory.get("bytes_limit")
-        return {"allocated_bytes": used, "total_bytes": limit,
-                "free_bytes": None if used is None or limit is None else limit - used,
-                "source": "torch_xla.core.xla_model.get_memory_info"}
+        return memory_stats_with_mb({
+            "allocated_bytes": used, "reserved_bytes": None,
+            "peak_allocated_bytes": memory.get("peak_bytes_used"), "total_bytes": limit,
+            "free_bytes": None if used is None or limit is None else limit - used,
+            "source": "torch_xla.core.xla_model.get_memory_info"})
 
-    def get_device_info(self) -> dict:
+    def get_device_info(self) -> DeviceInfo:
+        """What torch_xla tells: the device name and its memory. The dtypes a TPU computes and its
+        architecture are not reported by torch_xla, so they are None (unknown)."""
         stats = self.get_memory_stats()
         total, free = stats["total_bytes"], stats["free_bytes"]
-        return {"name": self._devices[self._index], "vendor": "Google", "backend": "tpu", "index": self._index,
-                "device_type": "xla", "total_memory_bytes": total, "free_memory_bytes": free,
-                "memory_total_gb": None if total is None else total / 1024**3,
-                "memory_available_gb": None if free is None else free / 1024**3}
+        return DeviceInfo(name=self._devices[self._index], backend="tpu",
+                          memory_total_gb=None if total is None else total / 1024**3,
+                          memory_available_gb=None if free is None else free / 1024**3,
+                          compute_capability=None, supported_dtypes=None, vendor="Google", index=self._index,
+                          device_type=self.device.type, total_memory_bytes=total, free_memory_bytes=free)
 
     def synchronize(self) -> None:
         self._xm.wait_device_ops()
 
-    def prepare_model(self, model: torch.nn.Module, optimization_level: str = "O0") -> torch.nn.Module:
+    def prepare_model(self, model: torch.nn.Module, optimization_level: "str | None" = None) -> torch.nn.Module:
         from .. import _C
 
-        _C.require_supported_opt_level(optimization_level)
+        check_model(model)
+        level = self._optimization_level if optimization_level is None else check_optimization_level(optimization_level)
+        _C.require_supported_opt_level(level)
         return model.to(self.device)

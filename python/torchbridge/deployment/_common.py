@@ -5,6 +5,7 @@ import os
 
 import torch
 
+from .._outputs import flatten  # noqa: F401  (also used as _common.flatten)
 from ._result import ExportVerificationError
 
 
@@ -73,18 +74,6 @@ def run_model(model: torch.nn.Module, inputs: "tuple[torch.Tensor, ...]") -> "li
             raise ValueError(f"sample_input ({describe(inputs)}) does not fit the model "
                              f"{type(model).__name__}: {error}") from error
     return flatten(output)
-
-
-def flatten(output) -> "list[torch.Tensor]":
-    """Tensors of an output in the order exporters flatten them (tuples, lists, dict values)."""
-    if isinstance(output, torch.Tensor):
-        return [output]
-    if isinstance(output, (tuple, list)):
-        return [t for item in output for t in flatten(item)]
-    if isinstance(output, dict):
-        return [t for item in output.values() for t in flatten(item)]
-    raise TypeError(f"the model returns a {type(output).__name__}; export needs tensors, or tuples, lists or "
-                    "dicts of tensors")
 
 
 def compare(expected: "list[torch.Tensor]", got: "list[torch.Tensor]", rtol: float, atol: float,

@@ -6,7 +6,7 @@ import importlib
 import torch
 
 from . import _common
-from ._result import ExportResult
+from ._result import ExportResult, ExportVerificationError
 
 # Default tolerance of the onnxruntime check: ONNX Runtime's float kernels (matmul blocking, fused
 # GELU/LayerNorm/attention) round differently from PyTorch's, typically by 1e-7..1e-6 in float32.
@@ -16,12 +16,20 @@ DEFAULT_ATOL = 1e-5
 
 def export_to_onnx(model, output_path=None, sample_input=None, opset_version: "int | None" = None, *,
                    input_names: "list[str] | None" = None, output_names: "list[str] | None" = None,
-                   dynamic_axes: "dict | None" = None, rtol: float = DEFAULT_RTOL,
-                   atol: float = DEFAULT_ATOL) -> ExportResult:
+                   dynamic_axes: "dict | None" = None, dynamic_batch: "bool | None" = None,
+                   rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> ExportResult:
     """Exports ``model`` with ``torch.onnx.export`` (``opset_version`` None: torch's default;
     ``input_names``, ``output_names`` and ``dynamic_axes`` as torch.onnx.export takes them), checks
-    the file with ``onnx.checker``, runs it in onnxruntime (CPU) on ``sample_input`` and compares
-    with PyTorch's output: every element within ``atol + rtol * |expected|``.
+    the file with ``onnx.checker``, runs it in onnxruntime (CPU) and compares with PyTorch's
+    output: every element within ``atol + rtol * |expected|``.
+
+    Batch dimension: dynamic by default. Dimension 0 of every input whose first dimension has the
+    size of the first input's is one symbolic ``batch`` dimension of the graph, and the file is
+    checked in onnxruntime at two batch sizes: the sample's, and the sample with its first row
+    appended (a sample of batch size 1 is traced at batch size 2, since torch.export fixes
+    dimensions of size 1). ``dynamic_batch=False`` exports the sample's shapes exactly; explicit
+    ``dynamic_axes`` take the place of ``dynamic_batch`` (giving both is an error) and are checked
+    at the sample's shapes.
 
     Exporter: an nn.Module goes through torch's default exporter in torch 2.13, the one built on
     torch.export (``dynamo=True``; needs the ``onnxscript`` package). A ScriptModule goes through
@@ -33,19 +41,28 @@ def export_to_onnx(model, output_path=None, sample_input=None, opset_version: "i
     path = _common.check_output_path(output_path, "model.onnx")
     inputs = _common.check_sample_input(sample_input, "trace the model and check the ONNX file in onnxruntime")
     _check_options(opset_version, input_names, output_names, dynamic_axes, rtol, atol)
+    dynamic_batch = _check_dynamic_batch(dynamic_batch, dynamic_axes, inputs)
 
     tensors = [*model.parameters(), *model.buffers(), *inputs]
     if any(t.device.type != "cpu" for t in tensors):
         model, inputs = copy.deepcopy(model).cpu(), tuple(t.cpu() for t in inputs)
+    batched = _batched_inputs(inputs) if dynamic_batch else []
+    checks = [inputs] + ([_grow_batch(inputs, batched)] if dynamic_batch else [])
     with _common.eval_mode(model):
-        expected = _common.run_model(model, inputs)
+        expected = [_common.run_model(model, check) for check in checks]
         options = {"opset_version": opset_version, "input_names": input_names, "output_names": output_names,
                    "dynamic_axes": dynamic_axes}
+        traced = inputs
+        if dynamic_batch:
+            # torch.export specializes a dimension of size 1, so a batch of one is traced at two.
+            traced = checks[1] if inputs[0].shape[0] == 1 else inputs
+            options.update(_batch_options(model, scripted, len(inputs), batched, input_names, output_names, expected))
         options = {k: v for k, v in options.items() if v is not None}
         try:
-            torch.onnx.export(model, inputs, path, dynamo=not scripted, verbose=False, **options)
+            torch.onnx.export(model, traced, path, dynamo=not scripted, verbose=False, **options)
         except Exception as error:  # the exporter's own error says which operation or construct failed
-            raise RuntimeError(f"torch.onnx.export could not export {type(model).__name__}: {error}") from error
+            hint = " (dynamic_batch=False exports the sample's shapes exactly)" if dynamic_batch else ""
+            raise RuntimeError(f"torch.onnx.export could not export {type(model).__name__}{hint}: {error}") from error
     onnx.checker.check_model(path)
 
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -53,10 +70,72 @@ def export_to_onnx(model, output_path=None, sample_input=None, opset_version: "i
     if len(graph_inputs) != len(inputs):
         raise ValueError(f"the ONNX graph takes {len(graph_inputs)} inputs ({[i.name for i in graph_inputs]}) "
                          f"but sample_input has {len(inputs)}; inputs the model ignores are dropped by the exporter")
-    feeds = {graph_input.name: _to_numpy(t, i) for i, (graph_input, t) in enumerate(zip(graph_inputs, inputs))}
-    got = [torch.from_numpy(output) for output in session.run(None, feeds)]
-    error = _common.compare(expected, got, rtol, atol, "onnxruntime")
-    return ExportResult(path=path, format="onnx", max_abs_error=error, tolerance=(rtol, atol))
+    error, sizes = 0.0, []
+    for check, want in zip(checks, expected):
+        feeds = {graph_input.name: _to_numpy(t, i) for i, (graph_input, t) in enumerate(zip(graph_inputs, check))}
+        batch = check[batched[0]].shape[0] if batched else None
+        try:
+            got = [torch.from_numpy(output) for output in session.run(None, feeds)]
+        except Exception as failure:  # onnxruntime refuses the shapes: the batch did not stay dynamic
+            if not dynamic_batch:
+                raise
+            raise ExportVerificationError(
+                f"the exported graph does not run at batch size {batch} (onnxruntime: {failure}); the model's batch "
+                "dimension could not be made dynamic: export with dynamic_batch=False, or name the dynamic "
+                "axes with dynamic_axes") from failure
+        where = "onnxruntime" if batch is None else f"onnxruntime at batch size {batch}"
+        error = max(error, _common.compare(want, got, rtol, atol, where))
+        if batch is not None:
+            sizes.append(batch)
+    return ExportResult(path=path, format="onnx", max_abs_error=error, tolerance=(rtol, atol),
+                        dynamic_batch=dynamic_batch, verified_batch_sizes=tuple(sizes))
+
+
+def _check_dynamic_batch(dynamic_batch, dynamic_axes, inputs) -> bool:
+    """Whether the batch dimension is exported dynamic: by default when the first input has one."""
+    if dynamic_batch is not None and not isinstance(dynamic_batch, bool):
+        raise TypeError(f"dynamic_batch must be True, False or None (default: dynamic unless dynamic_axes is "
+                        f"given), got {dynamic_batch!r}")
+    if dynamic_axes is not None:
+        if dynamic_batch is not None:
+            raise ValueError("give dynamic_axes or dynamic_batch, not both: dynamic_axes names every dynamic axis "
+                             "itself and takes the place of dynamic_batch")
+        return False
+    if inputs[0].dim() == 0:
+        if dynamic_batch:
+            raise ValueError("dynamic_batch=True needs a batch dimension, but the first sample_input is a 0-dim "
+                             "tensor; export with dynamic_batch=False")
+        return False  # nothing to make dynamic; the result says dynamic_batch=False
+    return dynamic_batch is not False
+
+
+def _batched_inputs(inputs) -> "list[int]":
+    """Positions of the inputs that carry the batch: dimension 0 the size of the first input's."""
+    size = inputs[0].shape[0]
+    return [i for i, t in enumerate(inputs) if t.dim() >= 1 and t.shape[0] == size]
+
+
+def _grow_batch(inputs, batched) -> tuple:
+    """The sample with its first row appended to every batched input: batch size + 1."""
+    return tuple(torch.cat([t, t[:1]]) if i in batched else t for i, t in enumerate(inputs))
+
+
+def _batch_options(model, scripted, input_count, batched, input_names, output_names, expected) -> dict:
+    """The exporter options that make dimension 0 of the batched inputs, and of the outputs that
+    follow the batch (their first dimension grew with it), one symbolic ``batch`` dimension."""
+    if not scripted:  # torch.export: one Dim shared by every batched input; outputs follow by inference
+        batch = torch.export.Dim("batch")
+        return {"dynamic_shapes": tuple({0: batch} if i in batched else None for i in range(input_count))}
+    # The TorchScript-based exporter names axes by input and output names (defaults: the forward
+    # method's argument names, output_<i>).
+    arguments = [a.name for a in model.forward.schema.arguments[1:]]
+    given_in, given_out = list(input_names or []), list(output_names or [])
+    names_in = given_in + [arguments[i] if i < len(arguments) else f"input_{i}" for i in range(len(given_in), input_count)]
+    names_out = given_out + [f"output_{i}" for i in range(len(given_out), len(expected[0]))]
+    follows = [i for i, (a, b) in enumerate(zip(*expected)) if a.dim() >= 1 and b.dim() >= 1 and a.shape[0] != b.shape[0]]
+    axes = {names_in[i]: {0: "batch"} for i in batched}
+    axes.update({names_out[i]: {0: "batch"} for i in follows})
+    return {"input_names": names_in, "output_names": names_out, "dynamic_axes": axes}
 
 
 def _require_packages(scripted: bool):

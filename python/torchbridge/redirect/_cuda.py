@@ -7,6 +7,7 @@ import types
 import torch
 
 from ..backends import BackendFactory
+from ..backends.device_info import cuda_capability
 from ._host import HostEvent, HostStream
 from ._proxy import proxy_class
 
@@ -45,22 +46,19 @@ def build(redirector):
             yield
 
     def get_device_name(device=None):
-        return target.get_device_info(index_of(device))["name"]
+        return target.get_device_info(index_of(device)).name
 
     def get_device_capability(device=None):
         # A compute capability exists only for NVIDIA targets ("sm_90" -> (9, 0)); other targets
         # report (0, 0): no CUDA architecture.
-        arch = target.get_device_info(index_of(device))["architecture"] or ""
-        if arch.startswith("sm_") and arch[3:].isdigit():
-            return int(arch[3:-1]), int(arch[-1])
-        return (0, 0)
+        return cuda_capability(target.get_device_info(index_of(device)).architecture) or (0, 0)
 
     def get_device_properties(device=None):
         info = target.get_device_info(index_of(device))
         major, minor = get_device_capability(device)
-        return types.SimpleNamespace(name=info["name"], total_memory=info["total_memory_bytes"] or 0,
-                                     multi_processor_count=info["multiprocessor_count"] or 0,
-                                     major=major, minor=minor, is_integrated=info["features"]["unified_memory"])
+        return types.SimpleNamespace(name=info.name, total_memory=info.total_memory_bytes or 0,
+                                     multi_processor_count=info.multiprocessor_count or 0,
+                                     major=major, minor=minor, is_integrated=info.features.unified_memory)
 
     def synchronize(device=None):
         target.synchronize(index_of(device))

@@ -48,6 +48,14 @@ def _is_device_like(value):
     return isinstance(value, (str, int, torch._C.device)) and not isinstance(value, bool)
 
 
+def _is_cpu_override(args, kwargs) -> bool:
+    """torch.device("cpu:-1"), torch.device("cpu", -1) or torch.device(type="cpu", index=-1)."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], str):
+        return args[0].strip() == "cpu:-1"
+    spec = dict(zip(("type", "index"), args), **kwargs)
+    return spec.get("type") == "cpu" and isinstance(spec.get("index"), int) and spec["index"] == -1
+
+
 def install(redirector, patcher):
     original_device = torch.device
     original_generator = torch.Generator
@@ -55,6 +63,9 @@ def install(redirector, patcher):
 
     # -- torch.device("cuda:1") and torch.Generator(device=...) -----------------------------------
     def make_device(*args, **kwargs):
+        if _is_cpu_override(args, kwargs):  # torch itself refuses a negative index
+            redirector.cpu_device_requested()
+            return original_device("cpu")
         return resolve(original_device(*args, **kwargs))
 
     def make_generator(device="cpu", **kwargs):

@@ -53,11 +53,24 @@ class Redirector:
         self._warned_indices = set()
         self.redirected_calls = collections.Counter()  # "requested -> used" -> count
         self._local = threading.local()
+        # TorchDevice semantics (the TorchDevice compatibility module turns them on): constructing
+        # torch.device("cpu:-1") switches a process-wide CPU override on, and the next one off.
+        self.cpu_override_toggles = False
+        self.cpu_override = False
 
-    # -- the scoped CPU override (torchbridge.redirect.cpu()) --------------------------------------
+    # -- the CPU overrides: scoped (torchbridge.redirect.cpu()) and TorchDevice's process-wide one --
     @property
     def forced_cpu(self) -> bool:
-        return getattr(self._local, "cpu_depth", 0) > 0
+        return self.cpu_override or getattr(self._local, "cpu_depth", 0) > 0
+
+    def cpu_device_requested(self):
+        """torch.device("cpu:-1") was constructed: that device is the CPU; with TorchDevice
+        semantics it also toggles the process-wide override."""
+        if self.cpu_override_toggles:
+            self.cpu_override = not self.cpu_override
+            logger.info("%s: 'cpu:-1' turns the CPU override %s: every device request %s", _call_site(),
+                        "on" if self.cpu_override else "off",
+                        "means the CPU" if self.cpu_override else f"is redirected to '{self.target}' again")
 
     def push_cpu(self):
         self._local.cpu_depth = getattr(self._local, "cpu_depth", 0) + 1

@@ -1,4 +1,4 @@
-#include "core/accelerator_backend.h"
+#include "backends/accelerator_backend.h"
 
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>

@@ -1,11 +1,15 @@
-#include "json_report.h"
+#include <torchbridge/json_text.h>
+
+#include <torchbridge/backend.h>
+
+#include <nlohmann/json.hpp>
 
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
-namespace torchbridge::cli {
+namespace torchbridge {
 namespace {
 
 template <typename T>
@@ -16,8 +20,6 @@ nlohmann::json optional_value(const std::optional<T>& value) {
 nlohmann::json text_or_null(const std::string& text) {
   return text.empty() ? nlohmann::json(nullptr) : nlohmann::json(text);
 }
-
-}  // namespace
 
 nlohmann::json to_json(const DeviceInfo& info) {
   nlohmann::json dtypes = nlohmann::json::array();
@@ -77,4 +79,10 @@ nlohmann::json to_json(const MemoryStats& stats) {
   };
 }
 
-}  // namespace torchbridge::cli
+}  // namespace
+
+std::string to_json_text(const DeviceInfo& info, int indent) { return to_json(info).dump(indent); }
+
+std::string to_json_text(const MemoryStats& stats, int indent) { return to_json(stats).dump(indent); }
+
+}  // namespace torchbridge

@@ -1,4 +1,4 @@
-#include "core/system_probe.h"
+#include "backends/system_probe.h"
 
 #include <c10/util/Exception.h>
 

@@ -1,6 +1,7 @@
 #pragma once
-// A vendor library opened at run time with dlopen, so TorchBridge builds and runs on machines
-// without that vendor's SDK and can still say precisely what is missing. Internal.
+// A library opened at run time with dlopen: vendor libraries, so TorchBridge builds and runs on
+// machines without that vendor's SDK and can still say precisely what is missing, and SDK device
+// libraries. Closed when destroyed unless kept for the process. Internal.
 
 #include <string>
 
@@ -19,6 +20,9 @@ class DynamicLibrary {
   void* symbol(const char* name) const;
   template <typename Fn>
   Fn function(const char* name) const { return reinterpret_cast<Fn>(symbol(name)); }
+  // Leaves the library loaded when this object goes: for libraries whose code stays registered
+  // with torch (an SDK device's runtime table) for the rest of the process.
+  void keep_for_process() { handle_ = nullptr; }
 
  private:
   void* handle_ = nullptr;

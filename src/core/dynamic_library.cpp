@@ -1,4 +1,4 @@
-#include "backends/dynamic_library.h"
+#include "core/dynamic_library.h"
 
 #include <dlfcn.h>
 

@@ -1,0 +1,101 @@
+#include "checkpoint/placement_policy.h"
+
+#include <torchbridge/registry.h>
+
+#include <ATen/ops/div.h>
+#include <ATen/ops/mul.h>
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace torchbridge::checkpoint {
+namespace {
+
+bool is_fp8(c10::ScalarType dtype) { return dtype == at::kFloat8_e4m3fn || dtype == at::kFloat8_e5m2; }
+
+bool device_holds(const c10::Device& device, c10::ScalarType dtype) {
+  const auto backend = BackendRegistry::instance().lookup(c10::DeviceTypeName(device.type(), true));
+  const auto& dtypes = backend->info(device.has_index() ? device.index() : 0).supported_dtypes;
+  return std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end();
+}
+
+}  // namespace
+
+c10::Device device_for(const std::string& name, const RestoreOptions& options, const c10::Device& current) {
+  std::optional<std::pair<size_t, c10::Device>> best;
+  for (const auto& [prefix, device] : options.device_map) {
+    if (name.rfind(prefix, 0) == 0 && (!best || prefix.size() > best->first)) best = {prefix.size(), device};
+  }
+  return best ? best->second : current;
+}
+
+c10::ScalarType dtype_for(const at::Tensor& saved, const RestoreOptions& options, const c10::Device& device) {
+  if (!saved.is_floating_point()) return saved.scalar_type();
+  switch (options.dtype_policy) {
+    case DtypePolicy::kKeep: return saved.scalar_type();
+    case DtypePolicy::kCastFloating: return options.cast_to;
+    case DtypePolicy::kConvertUnsupported: {
+      const auto dtype = saved.scalar_type();
+      if (dtype != at::kBFloat16 && dtype != at::kHalf && !is_fp8(dtype)) return dtype;
+      if (device_holds(device, dtype)) return dtype;
+      // fp8 widens to bf16 where the device has it; everything else to fp32.
+      return is_fp8(dtype) && device_holds(device, at::kBFloat16) ? at::kBFloat16 : at::kFloat;
+    }
+  }
+  return saved.scalar_type();
+}
+
+at::Tensor widen(const SafetensorsFile& file, const std::string& key, const at::Tensor& saved, c10::ScalarType dtype) {
+  if (!is_fp8(saved.scalar_type()) || is_fp8(dtype)) return saved.to(dtype);
+  const at::Tensor value = saved.to(at::kFloat);
+  if (file.contains(key + "_scale")) return at::mul(value, file.load(key + "_scale").to(at::kFloat)).to(dtype);
+  if (file.contains(key + "_scale_inv")) return at::div(value, file.load(key + "_scale_inv").to(at::kFloat)).to(dtype);
+  return value.to(dtype);
+}
+
+std::vector<std::pair<std::string, c10::Device>> auto_device_map(
+    const std::vector<std::pair<std::string, int64_t>>& tensor_bytes, const std::string& backend_name) {
+  const auto backend = create_backend(backend_name);
+  std::vector<std::pair<c10::Device, double>> devices;  // device, free bytes
+  double free_total = 0;
+  for (int i = 0; i < backend->device_count(); ++i) {
+    const auto free = backend->memory_stats(i).free_bytes;
+    TORCH_CHECK(free.has_value(), "the auto device map needs free memory, which backend '", backend->name(),
+                "' does not report");
+    devices.emplace_back(backend->device(i), double(*free));
+    free_total += double(*free);
+  }
+  // Bytes per top-level module, in model order.
+  std::vector<std::pair<std::string, int64_t>> modules;
+  int64_t total = 0;
+  for (const auto& [name, bytes] : tensor_bytes) {
+    const std::string top = name.substr(0, name.find('.')) + ".";
+    if (modules.empty() || modules.back().first != top) modules.emplace_back(top, 0);
+    modules.back().second += bytes;
+    total += bytes;
+  }
+  std::vector<std::pair<std::string, c10::Device>> map;
+  size_t device = 0;
+  double budget = total * devices[0].second / free_total, used = 0;
+  for (const auto& [prefix, bytes] : modules) {
+    // Move on once this device's share is taken (the last device takes whatever remains).
+    if (used > 0 && used + bytes > budget + 1e-9 && device + 1 < devices.size()) {
+      ++device;
+      budget = total * devices[device].second / free_total;
+      used = 0;
+    }
+    map.emplace_back(prefix, devices[device].first);
+    used += bytes;
+  }
+  return map;
+}
+
+}  // namespace torchbridge::checkpoint

@@ -1,0 +1,27 @@
+#pragma once
+// Where and in which dtype each restored tensor goes: the device map (longest module-path prefix,
+// or "auto" by free memory) and the dtype policy (keep, cast, or convert only what the device
+// cannot hold, fp8 widened with its stored scale). auto_device_map (declared in the public
+// training_state.h, which Python's "auto" device map calls too) lives here as well.
+
+#include <torchbridge/checkpoint/safetensors.h>
+#include <torchbridge/checkpoint/training_state.h>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <string>
+
+namespace torchbridge::checkpoint {
+
+// The device of the longest prefix of `name` in options.device_map; `current` when none matches.
+c10::Device device_for(const std::string& name, const RestoreOptions& options, const c10::Device& current);
+
+// The dtype the policy gives a saved tensor bound for `device`.
+c10::ScalarType dtype_for(const at::Tensor& saved, const RestoreOptions& options, const c10::Device& device);
+
+// The saved tensor `key` in `dtype`: an fp8 tensor widened to another dtype takes its stored scale
+// into account (`<key>_scale` multiplies, `<key>_scale_inv` divides: the two fp8 conventions).
+at::Tensor widen(const SafetensorsFile& file, const std::string& key, const at::Tensor& saved, c10::ScalarType dtype);
+
+}  // namespace torchbridge::checkpoint

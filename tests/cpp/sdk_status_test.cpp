@@ -1,0 +1,191 @@
+// Every runtime status the SDK glue receives is acted on: in the allocators' free paths, which run
+// inside destructors and must not raise, a failure is a warning naming the call and memory a
+// stream may still use is never handed out again; where the caller can act, it raises.
+//
+// The process registers emu through a table whose entries can be told to fail, so this is its own
+// executable: a process holds one SDK device.
+#include <torchbridge/sdk/device.h>
+#include <torchbridge/sdk/exception_barrier.h>
+#include <torchbridge/sdk/runtime.h>
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include "error_message.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <exception>
+#include <new>
+#include <stdexcept>
+#include <system_error>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace torchbridge::sdk {
+namespace {
+
+using test_support::error_of;
+
+const tb_runtime* emu_table = nullptr;
+std::atomic<bool> fail_host_free{false};
+std::atomic<bool> fail_event_create{false};
+std::atomic<bool> fail_event_query{false};
+std::atomic<bool> fail_stream_synchronize{false};
+
+tb_status host_free(void* context, void* pointer) {
+  return fail_host_free ? TB_ERROR_DEVICE_FAILURE : emu_table->host_free(context, pointer);
+}
+tb_status event_create(void* context, int32_t device, int32_t enable_timing, tb_event* event) {
+  return fail_event_create ? TB_ERROR_DEVICE_FAILURE : emu_table->event_create(context, device, enable_timing, event);
+}
+tb_status event_query(void* context, tb_event event) {
+  return fail_event_query ? TB_ERROR_DEVICE_FAILURE : emu_table->event_query(context, event);
+}
+tb_status stream_synchronize(void* context, tb_stream stream) {
+  return fail_stream_synchronize ? TB_ERROR_DEVICE_FAILURE : emu_table->stream_synchronize(context, stream);
+}
+
+// emu, with the four entries above in front of its own.
+c10::Device failing_emu() {
+  static const c10::Device device = [] {
+    void* library = dlopen(TORCHBRIDGE_EMU_LIBRARY_PATH, RTLD_NOW | RTLD_LOCAL);
+    TORCH_CHECK(library != nullptr, dlerror());
+    const char* error = nullptr;
+    emu_table = reinterpret_cast<tb_runtime_entry_fn>(dlsym(library, TB_RUNTIME_ENTRY_SYMBOL))(&error);
+    TORCH_CHECK(emu_table != nullptr, error);
+    static tb_runtime wrapped = *emu_table;
+    wrapped.host_free = &host_free;
+    wrapped.event_create = &event_create;
+    wrapped.event_query = &event_query;
+    wrapped.stream_synchronize = &stream_synchronize;
+    register_runtime(&wrapped);
+    return c10::Device(c10::DeviceType::PrivateUse1, 0);
+  }();
+  return device;
+}
+
+// Collects the warnings raised while it lives.
+class Warnings : public c10::WarningHandler {
+ public:
+  Warnings() : guard_(this) {}
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  bool any_contains(const std::string& text) const {
+    for (const auto& m : messages) {
+      if (m.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+  std::vector<std::string> messages;
+
+ private:
+  c10::WarningUtils::WarningHandlerGuard guard_;
+};
+
+std::string joined(const std::vector<std::string>& messages) {
+  std::string all;
+  for (const auto& m : messages) all += m + "\n";
+  return all;
+}
+
+// A device tensor another stream has used: freeing it needs an event on that stream.
+at::Tensor used_on_another_stream(const c10::Device& device) {
+  at::Tensor t = at::empty({1 << 18}, at::TensorOptions().device(device));
+  const c10::impl::VirtualGuardImpl guard(c10::DeviceType::PrivateUse1);
+  const c10::Stream other = guard.getStreamFromGlobalPool(device);
+  t.record_stream(other);
+  return t;
+}
+
+TEST(SdkStatus, AFailedHostFreeIsAWarningNamingIt) {
+  const c10::Device device = failing_emu();
+  at::Tensor pinned = at::ones({4096}).pin_memory(device);
+  ASSERT_TRUE(pinned.is_pinned(device));
+  const Warnings warnings;
+  fail_host_free = true;
+  pinned.reset();  // the deleter frees through the runtime, which fails: a warning, no exception
+  fail_host_free = false;
+  EXPECT_TRUE(warnings.any_contains("runtime call host_free failed")) << joined(warnings.messages);
+}
+
+TEST(SdkStatus, FreeingWithoutAnEventWaitsForTheStreamInstead) {
+  const c10::Device device = failing_emu();
+  at::Tensor t = used_on_another_stream(device);
+  const Warnings warnings;
+  fail_event_create = true;
+  t.reset();  // was: the deleter raised and the process terminated
+  fail_event_create = false;
+  EXPECT_TRUE(warnings.any_contains("runtime call event_create failed")) << joined(warnings.messages);
+  EXPECT_NO_THROW(at::empty({1 << 18}, at::TensorOptions().device(device)).fill_(1.0));
+}
+
+TEST(SdkStatus, MemoryNoStreamCanBeFencedIsNeverReused) {
+  const c10::Device device = failing_emu();
+  at::Tensor t = used_on_another_stream(device);
+  void* const address = t.data_ptr();
+  const Warnings warnings;
+  fail_event_create = true;
+  fail_stream_synchronize = true;
+  t.reset();
+  fail_event_create = false;
+  fail_stream_synchronize = false;
+  EXPECT_TRUE(warnings.any_contains("stay unused for the rest of the process")) << joined(warnings.messages);
+  for (int i = 0; i < 4; ++i) {  // the same size again, several times: never the fenced-off block
+    const at::Tensor again = at::empty({1 << 18}, at::TensorOptions().device(device));
+    EXPECT_NE(again.data_ptr(), address);
+  }
+}
+
+TEST(SdkStatus, AFailedEventQueryIsAnErrorNotACompletedEvent) {
+  const c10::Device device = failing_emu();
+  at::Tensor t = used_on_another_stream(device);
+  t.reset();  // waits for an event before the memory is reused
+  fail_event_query = true;
+  const std::string message = error_of([&] { at::empty({16}, at::TensorOptions().device(device)); });
+  fail_event_query = false;
+  EXPECT_NE(message.find("runtime call event_query failed"), std::string::npos) << message;
+  EXPECT_NO_THROW(at::empty({16}, at::TensorOptions().device(device)));
+}
+
+// The barrier every C++ runtime (emu, cudasdk) puts in front of its entries.
+std::string reported;
+tb_status record(tb_status status, std::string message) {
+  reported = std::move(message);
+  return status;
+}
+int thrown = 0;  // which exception `entry` throws: 0 none
+tb_status entry(int32_t value, int32_t* out) {
+  switch (thrown) {
+    case 1: throw std::bad_alloc();
+    case 2: throw std::system_error(std::make_error_code(std::errc::io_error), "reading the device");
+    case 3: throw std::runtime_error("handle table corrupt");
+    case 4: throw 42;
+    default: *out = value * 2; return TB_SUCCESS;
+  }
+}
+
+TEST(SdkExceptionBarrier, NoExceptionCrossesTheCAbi) {
+  constexpr auto guarded = &ExceptionBarrier<&entry, &record>::entry;
+  static_assert(noexcept(guarded(0, nullptr)));
+  int32_t out = 0;
+  thrown = 0;
+  EXPECT_EQ(guarded(21, &out), TB_SUCCESS);
+  EXPECT_EQ(out, 42);
+  const std::pair<int, tb_status> cases[] = {
+      {1, TB_ERROR_OUT_OF_MEMORY}, {2, TB_ERROR_DEVICE_FAILURE}, {3, TB_ERROR_UNKNOWN}, {4, TB_ERROR_UNKNOWN}};
+  const char* sentences[] = {"out of host memory", "reading the device", "handle table corrupt", "non-standard"};
+  for (int i = 0; i < 4; ++i) {
+    thrown = cases[i].first;
+    reported.clear();
+    EXPECT_EQ(guarded(1, &out), cases[i].second) << "exception " << thrown;
+    EXPECT_NE(reported.find(sentences[i]), std::string::npos) << reported;
+  }
+  thrown = 0;
+}
+
+}  // namespace
+}  // namespace torchbridge::sdk
