@@ -1,8 +1,10 @@
 """Loading TorchBridge SDK devices (e.g. the emulated accelerator ``emu``) into this process."""
 
+import atexit
 import contextlib
 import json
 import os
+import sys
 import types
 import warnings
 
@@ -28,6 +30,17 @@ def load(name: str) -> None:
     _integrate_with_torch(name)
     if first_time:
         _warn_about_native_accelerators(name)
+        atexit.register(_drain_autograd_at_exit)
+
+
+def _drain_autograd_at_exit() -> None:
+    """Before the interpreter finalizes, waits for autograd's threads for the device to release
+    the last backward pass: one released during finalization aborts the process (a torch race,
+    explained in python/src/autograd_exit.cpp)."""
+    try:
+        _C.drain_autograd_device_threads()
+    except Exception as error:  # the program is ending: say so, without changing its exit status
+        sys.stderr.write(f"torchbridge: could not wait for autograd's device threads at exit: {error}\n")
 
 
 #: Native accelerators of torch, by backend name, that an SDK device takes autograd away from.

@@ -38,3 +38,34 @@ def test_bad_device_options_are_reported():
     result = run_python("import torchbridge; torchbridge.devices.load('emu')", env={"TORCHBRIDGE_EMU_DEVICES": "0"})
     assert result.returncode != 0
     assert "TORCHBRIDGE_EMU_DEVICES" in result.stderr and "failed to start" in result.stderr
+
+
+def test_exit_waits_for_autograd_device_threads_after_backward():
+    # torch's device thread may still hold the last backward pass when the program ends; released
+    # during interpreter finalization it aborts the process (python/src/autograd_exit.cpp). Loading
+    # registers an exit hook that waits for each device index's thread first; it must run, once per
+    # index, and work whatever grad mode the program ends in.
+    result = run_python("""
+import torch, torchbridge
+torchbridge.devices.load("emu")
+count = torchbridge._C.lookup("emu").device_count()
+for index in range(count):
+    w = torch.ones(3, device=f"emu:{index}", requires_grad=True)
+    (w * 2).sum().backward()
+    assert w.grad.cpu().tolist() == [2.0, 2.0, 2.0]
+drain = torchbridge._C.drain_autograd_device_threads
+with torch.inference_mode():
+    assert drain() == count        # explicit call, even inside inference_mode
+def counted():
+    print("drained", drain(), "of", count)
+torchbridge._C.drain_autograd_device_threads = counted            # observe the exit hook
+torch.set_grad_enabled(False)                                     # the program ends with grad off
+""", env={"TORCHBRIDGE_EMU_DEVICES": "2"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["drained", "2", "of", "2"], result.stdout
+
+
+def test_no_device_thread_wait_without_a_device():
+    result = run_python("import torchbridge; print(torchbridge._C.drain_autograd_device_threads())")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "0"
