@@ -30,17 +30,20 @@ def load(name: str) -> None:
     _integrate_with_torch(name)
     if first_time:
         _warn_about_native_accelerators(name)
-        atexit.register(_drain_autograd_at_exit)
 
 
 def _drain_autograd_at_exit() -> None:
-    """Before the interpreter finalizes, waits for autograd's threads for the device to release
+    """Before the interpreter finalizes, waits for autograd's threads for the SDK device to release
     the last backward pass: one released during finalization aborts the process (a torch race,
-    explained in python/src/autograd_exit.cpp)."""
+    explained in python/src/autograd_exit.cpp). Registered at import, since a device can be loaded
+    from C++ as well (``BackendFactory.create``, redirection); without one it does nothing."""
     try:
         _C.drain_autograd_device_threads()
     except Exception as error:  # the program is ending: say so, without changing its exit status
         sys.stderr.write(f"torchbridge: could not wait for autograd's device threads at exit: {error}\n")
+
+
+atexit.register(_drain_autograd_at_exit)  # after torch's own exit handlers were registered: runs before them
 
 
 #: Native accelerators of torch, by backend name, that an SDK device takes autograd away from.
