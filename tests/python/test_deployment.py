@@ -125,6 +125,17 @@ def onnxruntime_outputs(path: str, *inputs: torch.Tensor):
     return session.run(None, feeds)
 
 
+def assert_onnx_matches_eager_at_batch(path: str, model, kind: str, batch: int):
+    """onnxruntime on a fresh input of another batch size, against PyTorch eager: an independent
+    check that the exported batch axis is really dynamic."""
+    other = other_input(kind, batch)
+    (got,) = onnxruntime_outputs(path, other)
+    with torch.no_grad():
+        want = model(other).numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("kind", MODELS)
 def test_onnx_matches_onnxruntime(tmp_path, kind):
     model, x = make(kind)
@@ -134,13 +145,7 @@ def test_onnx_matches_onnxruntime(tmp_path, kind):
     file = onnx.load(result.path)
     assert [o.version for o in file.opset_import if o.domain in ("", "ai.onnx")] == [18]
     assert [i.name for i in file.graph.input] == ["x"] and [o.name for o in file.graph.output] == ["y"]
-    # An independent run on another batch size (the batch axis is dynamic), against PyTorch eager.
-    other = other_input(kind, 5)
-    (got,) = onnxruntime_outputs(result.path, other)
-    with torch.no_grad():
-        want = model(other).numpy()
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert_onnx_matches_eager_at_batch(result.path, model, kind, 5)
 
 
 def test_onnx_of_a_script_module(tmp_path):
@@ -175,12 +180,7 @@ def test_onnx_batch_is_dynamic_by_default(tmp_path, kind):
     assert all(isinstance(d, str) and d for d in graph_batch_dims(result.path)), graph_batch_dims(result.path)
     # Independently of the export's own check: onnxruntime at two other batch sizes, against eager.
     for batch in (1, 7):
-        other = other_input(kind, batch)
-        (got,) = onnxruntime_outputs(result.path, other)
-        with torch.no_grad():
-            want = model(other).numpy()
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        assert_onnx_matches_eager_at_batch(result.path, model, kind, batch)
 
 
 def test_onnx_batch_of_one_and_script_modules_are_dynamic_too(tmp_path):
