@@ -28,12 +28,16 @@ LAYERS = {
     "sdk": ["sdk-abi", "core", "backends"],
     "checkpoint": ["core", "backends"],
     "validation": ["core", "backends", "checkpoint"],
-    "cli": ["core", "backends", "sdk", "checkpoint", "validation"],
+    # Mixed precision for C++ programs: autocast scopes, loss scaling, FP8 layers.
+    "amp": ["core", "backends"],
+    # What one call does to a model for the hardware there: configuration, optimization levels.
+    "optimize": ["core", "backends", "amp"],
+    "cli": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize"],
     # The Python package hosts the CLI (its `torchbridge` command runs cli::run_cli in-process);
     # everything else it uses comes from the library layers.
-    "python": ["core", "backends", "sdk", "checkpoint", "validation", "cli"],
+    "python": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize", "cli"],
     "devices": ["sdk-abi"],
-    "umbrella": ["core", "backends", "sdk", "checkpoint", "validation"],
+    "umbrella": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize"],
 }
 
 # Public headers (include/torchbridge/) by the layer that implements them.
@@ -43,6 +47,8 @@ PUBLIC = {
     "sdk/": "sdk",
     "checkpoint/": "checkpoint",
     "validation/": "validation",
+    "amp/": "amp",
+    "optimize/": "optimize",
     "privateuse1.h": "backends",
     "process_isolation.h": "backends",
     "redirect.h": "backends",
@@ -56,6 +62,8 @@ SOURCE_DIRS = {
     "src/sdk": "sdk",
     "src/checkpoint": "checkpoint",
     "src/validation": "validation",
+    "src/amp": "amp",
+    "src/optimize": "optimize",
     "cli": "cli",
     "python/src": "python",
     "devices": "devices",
@@ -119,7 +127,7 @@ def object_symbols(path: pathlib.Path):
 def check_objects(directory: pathlib.Path):
     """Link-level violations: a layer's objects using what only a disallowed layer defines."""
     layer_dirs = {"core": "core", "backends": "backends", "sdk": "sdk", "checkpoint": "checkpoint",
-                  "validation": "validation"}
+                  "validation": "validation", "amp": "amp", "optimize": "optimize"}
     definitions, uses = {}, {}
     for layer, sub in layer_dirs.items():
         for obj in sorted((directory / sub).glob("*.o")):
