@@ -5,6 +5,8 @@
 #include "text_format.h"
 
 #include <torchbridge/json_text.h>
+#include <torchbridge/precision.h>
+#include <torchbridge/precision_policy.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/version.h>
 
@@ -26,7 +28,8 @@ namespace {
 constexpr const char* kHelp = R"(usage: torchbridge info [--json] [--backend NAME]
 
 Lists every backend TorchBridge knows, whether it is available here and why not, and for each
-device its description (DeviceInfo) and memory statistics (MemoryStats).
+device its description (DeviceInfo), memory statistics (MemoryStats), how it runs each precision
+(native, emulated in software, unavailable) and the precision "auto" chooses there, with the reason.
 
   --backend NAME   only this backend (a name or alias, e.g. cuda, nvidia, rocm, cpu)
   --json           machine-readable output (schema: docs/cli-json.md)
@@ -35,6 +38,7 @@ device its description (DeviceInfo) and memory statistics (MemoryStats).
 struct DeviceReport {
   std::optional<DeviceInfo> info;
   std::optional<MemoryStats> memory;
+  std::optional<PrecisionDecision> precision;  // what "auto" chooses here, and why
   std::string error;
 };
 
@@ -43,6 +47,7 @@ DeviceReport describe_device(Backend& backend, int index) {
   try {
     report.info = backend.info(index);
     report.memory = backend.memory_stats(index);
+    report.precision = decide_precision(*report.info, "auto");
   } catch (const std::exception& e) {
     report.error = first_line(e.what());
   }
@@ -58,6 +63,9 @@ nlohmann::json backend_json(const BackendEntry& entry) {
     devices.push_back({{"index", i},
                        {"info", report.info ? nlohmann::json::parse(to_json_text(*report.info)) : nlohmann::json(nullptr)},
                        {"memory", report.memory ? nlohmann::json::parse(to_json_text(*report.memory)) : nlohmann::json(nullptr)},
+                       {"precision", report.precision ? nlohmann::json::parse(to_json_text(
+                                                            *report.precision, precision_capabilities(*report.info)))
+                                                      : nlohmann::json(nullptr)},
                        {"error", report.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.error)}});
   }
   return {{"name", entry.name},
@@ -104,6 +112,12 @@ void print_device(const std::string& backend_name, int index, const DeviceReport
   std::cout << "\n  features       tf32 " << yes_no(f.tf32) << ", bf16 " << yes_no(f.bf16) << ", fp16 "
             << yes_no(f.fp16) << ", fp8 " << yes_no(f.fp8) << ", flash attention " << yes_no(f.flash_attention)
             << ", unified memory " << yes_no(f.unified_memory) << "\n";
+  std::cout << "  precisions     ";
+  const auto capabilities = precision_capabilities(info);
+  for (size_t i = 0; i < capabilities.size(); ++i) {
+    std::cout << (i ? ", " : "") << name_of(capabilities[i].precision) << " " << to_string(capabilities[i].support);
+  }
+  std::cout << "\n  auto precision " << name_of(report.precision->precision) << " (" << report.precision->reason << ")\n";
   const MemoryStats& m = *report.memory;
   std::cout << "  memory stats   allocated " << format_bytes(m.allocated_bytes) << " (peak "
             << format_bytes(m.peak_allocated_bytes) << "), reserved " << format_bytes(m.reserved_bytes)

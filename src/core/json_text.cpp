@@ -79,7 +79,25 @@ nlohmann::json to_json(const MemoryStats& stats) {
   };
 }
 
+nlohmann::json to_json(const PrecisionDecision& decision, const std::vector<PrecisionCapability>& capabilities) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& c : capabilities) {
+    rows.push_back({{"precision", name_of(c.precision)}, {"support", to_string(c.support)}, {"reason", c.reason}});
+  }
+  return {{"requested", decision.requested},
+          {"precision", name_of(decision.precision)},
+          {"support", to_string(decision.support)},
+          {"device", decision.device},
+          {"reason", decision.reason},
+          {"capabilities", rows}};
+}
+
 }  // namespace
+
+std::string to_json_text(const PrecisionDecision& decision, const std::vector<PrecisionCapability>& capabilities,
+                         int indent) {
+  return to_json(decision, capabilities).dump(indent);
+}
 
 std::string to_json_text(const DeviceInfo& info, int indent) { return to_json(info).dump(indent); }
 
