@@ -1,0 +1,148 @@
+#include <torchbridge/optimize/manager.h>
+
+#include "optimize/process_settings.h"
+
+#include <torchbridge/json_text.h>
+#include <torchbridge/precision.h>
+#include <torchbridge/registry.h>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/adagrad.h>
+#include <torch/optim/lbfgs.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace torchbridge {
+namespace {
+
+// LibTorch optimizers carry no class name at run time; the plan only needs it for its report.
+std::string optimizer_name(const torch::optim::Optimizer* optimizer) {
+  if (optimizer == nullptr) return "";
+  if (dynamic_cast<const torch::optim::AdamW*>(optimizer)) return "AdamW";
+  if (dynamic_cast<const torch::optim::Adam*>(optimizer)) return "Adam";
+  if (dynamic_cast<const torch::optim::SGD*>(optimizer)) return "SGD";
+  if (dynamic_cast<const torch::optim::Adagrad*>(optimizer)) return "Adagrad";
+  if (dynamic_cast<const torch::optim::RMSprop*>(optimizer)) return "RMSprop";
+  if (dynamic_cast<const torch::optim::LBFGS*>(optimizer)) return "LBFGS";
+  return "Optimizer";
+}
+
+ModelTraits traits_of(const torch::nn::Module& module, const torch::optim::Optimizer* optimizer) {
+  ModelTraits traits;
+  for (const auto& child : module.modules(/*include_self=*/true)) {
+    if (child->as<torch::nn::Conv2d>()) traits.has_convolutions = true;
+    if (child->as<torch::nn::Linear>()) traits.has_linear = true;
+  }
+  traits.optimizer = optimizer_name(optimizer);
+  return traits;
+}
+
+// Every parameter and buffer of the module tree, replaced in place (set_data keeps the
+// parameter objects, so optimizers holding them stay valid).
+template <typename Transform>
+void transform_tensors(torch::nn::Module& module, Transform transform) {
+  for (auto& parameter : module.parameters()) {
+    if (auto replacement = transform(parameter)) parameter.set_data(*replacement);
+  }
+  for (auto& buffer : module.buffers()) {
+    if (auto replacement = transform(buffer)) buffer.set_data(*replacement);
+  }
+}
+
+c10::ScalarType dtype_named(const std::string& name) {
+  return name == "float16" ? c10::ScalarType::Half : c10::ScalarType::BFloat16;
+}
+
+}  // namespace
+
+std::string to_json_text(const OptimizationReport& report, int indent) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& step : report.steps) {
+    steps.push_back({{"name", step.name}, {"level", to_string(step.level)}, {"outcome", step.outcome},
+                     {"detail", step.detail}});
+  }
+  return nlohmann::json{{"backend", report.backend},
+                        {"device", report.device},
+                        {"level", to_string(report.level)},
+                        {"training", report.training},
+                        {"precision", nlohmann::json::parse(to_json_text(report.precision, {}))},
+                        {"steps", steps}}
+      .dump(indent);
+}
+
+UnifiedManager::UnifiedManager(TorchBridgeConfig config) : config_(std::move(config)) {
+  validate(config_);
+  const BackendRegistry& registry = BackendRegistry::instance();
+  backend_ = registry.create(config_.backend == "auto" ? registry.detect_best_backend() : config_.backend);
+  device_info_ = backend_->info(config_.device_index);  // checks the index against the device count
+  precision_ = decide_precision(device_info_, config_.precision);
+}
+
+c10::Device UnifiedManager::device() const { return backend_->device(config_.device_index); }
+
+std::optional<c10::ScalarType> UnifiedManager::autocast_dtype() const {
+  for (const auto& step : plan_optimization(config_, device_info_, precision_, ModelTraits{})) {
+    if (step.name == "autocast" && step.apply) return dtype_named(step.argument);
+  }
+  return std::nullopt;
+}
+
+OptimizationReport UnifiedManager::start_report(const std::vector<PlannedStep>& /*plan*/) const {
+  OptimizationReport report;
+  report.backend = backend_->name();
+  report.device = device().str();
+  report.level = config_.optimization_level;
+  report.training = config_.training;
+  report.precision = precision_;
+  return report;
+}
+
+const OptimizationReport& UnifiedManager::optimize(torch::nn::Module& module, torch::optim::Optimizer* optimizer) {
+  const auto plan = plan_optimization(config_, device_info_, precision_, traits_of(module, optimizer));
+  OptimizationReport report = start_report(plan);
+  for (const PlannedStep& step : plan) {
+    StepOutcome outcome{step.name, step.level, step.apply ? "applied" : "skipped", step.reason};
+    if (!step.apply || optimize_detail::apply_process_setting(step)) {
+      report.steps.push_back(std::move(outcome));
+      continue;
+    }
+    if (step.name == "place") {
+      module.to(device());
+    } else if (step.name == "channels_last") {
+      transform_tensors(module, [](const at::Tensor& t) -> std::optional<at::Tensor> {
+        if (t.dim() != 4) return std::nullopt;
+        return t.contiguous(at::MemoryFormat::ChannelsLast);
+      });
+    } else if (step.name == "low_precision_weights") {
+      const c10::ScalarType dtype = dtype_named(step.argument);
+      transform_tensors(module, [dtype](const at::Tensor& t) -> std::optional<at::Tensor> {
+        if (!t.is_floating_point()) return std::nullopt;  // integer buffers (counters) keep their dtype
+        return t.to(dtype);
+      });
+    } else if (step.name == "autocast") {
+      outcome.outcome = "caller";
+      outcome.detail += "; C++ modules have no forward to wrap: run forward inside the manager's autocast scope";
+    } else {
+      TORCH_CHECK(false, "the optimization plan has a step '", step.name, "' the C++ executor does not know");
+    }
+    report.steps.push_back(std::move(outcome));
+  }
+  report_ = std::move(report);
+  return report_;
+}
+
+}  // namespace torchbridge

@@ -1,0 +1,172 @@
+#include <torchbridge/optimize/plan.h>
+
+#include <torchbridge/precision.h>
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <vector>
+
+namespace torchbridge {
+namespace {
+
+bool is_gpu(const DeviceInfo& device) { return device.backend == "cuda" || device.backend == "rocm"; }
+
+bool low_precision(Precision p) { return p == Precision::kBf16 || p == Precision::kFp16 || p == Precision::kFp8; }
+
+// The dtype autocast computes in: fp8 layers take their own path, everything around them bf16.
+std::string autocast_dtype(Precision p) { return p == Precision::kFp16 ? "float16" : "bfloat16"; }
+
+bool explicitly_full_precision(const TorchBridgeConfig& config) {
+  return config.precision == "fp32" || config.precision == "fp64";
+}
+
+class Planner {
+ public:
+  Planner(const TorchBridgeConfig& config, const DeviceInfo& device, const PrecisionDecision& precision,
+          const ModelTraits& model)
+      : config_(config), device_(device), precision_(precision.precision), model_(model) {}
+
+  std::vector<PlannedStep> plan() {
+    add("place", OptLevel::O0, true, "parameters and buffers on " + device_.backend + ":" +
+                                         std::to_string(device_.index));
+    add("deterministic", OptLevel::O0, config_.deterministic,
+        config_.deterministic ? "deterministic algorithms only (torch raises for an operator without one)"
+                              : "deterministic is off in the configuration");
+    plan_o1();
+    plan_o2_o3();
+    return steps_;
+  }
+
+ private:
+  void add(const char* name, OptLevel level, bool apply, std::string reason, std::string argument = "") {
+    if (level > config_.optimization_level) return;
+    steps_.push_back({name, level, apply, std::move(reason), apply ? std::move(argument) : ""});
+  }
+
+  void plan_o1() {
+    if (!device_.features.tf32) {
+      add("tf32", OptLevel::O1, false, "the device has no TF32 units");
+    } else if (explicitly_full_precision(config_)) {
+      add("tf32", OptLevel::O1, false, config_.precision + " was requested explicitly; TF32 would round matmul inputs");
+    } else {
+      add("tf32", OptLevel::O1, true, "float32 matmuls and convolutions on TF32 tensor cores (process-wide setting)");
+    }
+    if (!is_gpu(device_)) {
+      add("cudnn_benchmark", OptLevel::O1, false, "no cuDNN or MIOpen on " + device_.backend);
+    } else if (config_.deterministic) {
+      add("cudnn_benchmark", OptLevel::O1, false, "deterministic: benchmark mode chooses kernels by timing");
+    } else {
+      add("cudnn_benchmark", OptLevel::O1, true, "convolution algorithms chosen by timing (process-wide setting)");
+    }
+    plan_fused_optimizer();
+    add("channels_last", OptLevel::O1, model_.has_convolutions,
+        model_.has_convolutions ? "4-D parameters in channels-last memory format for the convolutions"
+                                : "the model has no 2-D convolution");
+    if (!model_.torchscript) {
+      add("freeze_torchscript", OptLevel::O1, false, "the model is not a TorchScript module");
+    } else if (config_.training) {
+      add("freeze_torchscript", OptLevel::O1, false, "training: freezing turns parameters into constants");
+    } else {
+      add("freeze_torchscript", OptLevel::O1, true, "frozen (parameters inlined) and optimized for inference");
+    }
+  }
+
+  void plan_fused_optimizer() {
+    static constexpr std::array<const char*, 4> kFused = {"Adam", "AdamW", "SGD", "Adagrad"};
+    if (model_.optimizer.empty()) {
+      add("fused_optimizer", OptLevel::O1, false, "no optimizer was given");
+    } else if (!model_.python) {
+      add("fused_optimizer", OptLevel::O1, false, "LibTorch's optimizers have no fused implementation");
+    } else if (std::find(kFused.begin(), kFused.end(), model_.optimizer) == kFused.end()) {
+      add("fused_optimizer", OptLevel::O1, false, "torch has no fused " + model_.optimizer);
+    } else {
+      add("fused_optimizer", OptLevel::O1, true, model_.optimizer + " rebuilt with fused=True: one kernel updates every parameter");
+    }
+  }
+
+  void plan_o2_o3() {
+    const bool training = config_.training;
+    const bool int8 = !training && device_.backend == "cpu" && precision_ == Precision::kBf16 && model_.has_linear &&
+                      model_.python;
+    if (!low_precision(precision_)) {
+      add("autocast", OptLevel::O2, false, std::string("precision is ") + name_of(precision_) + ": nothing to autocast");
+    } else {
+      add("autocast", OptLevel::O2, true,
+          "forward under autocast(" + device_.backend + ", " + autocast_dtype(precision_) + ")" +
+              (training ? "; parameters stay float32 (master weights)" : "") +
+              (training && precision_ == Precision::kFp16 ? "; scale the loss with a GradScaler" : ""),
+          autocast_dtype(precision_));
+    }
+    if (training) {
+      add("low_precision_weights", OptLevel::O2, false, "training keeps float32 master weights");
+    } else if (!low_precision(precision_)) {
+      add("low_precision_weights", OptLevel::O2, false, std::string("precision is ") + name_of(precision_));
+    } else {
+      add("low_precision_weights", OptLevel::O2, true,
+          "inference: floating-point parameters and buffers cast to " + autocast_dtype(precision_) + " (half the memory)",
+          autocast_dtype(precision_));
+    }
+    plan_compile(int8);
+    if (precision_ == Precision::kFp8) {
+      add("fp8", OptLevel::O3, model_.has_linear,
+          model_.has_linear ? "eligible Linear layers (dimensions divisible by 16) compute in FP8"
+                            : "the model has no Linear layer");
+    } else {
+      add("fp8", OptLevel::O3, false, std::string("precision is ") + name_of(precision_) + ", not fp8");
+    }
+    plan_int8(int8);
+  }
+
+  void plan_compile(bool int8) {
+    if (!config_.compile) {
+      add("compile", OptLevel::O2, false, "compile is off in the configuration");
+    } else if (!model_.python) {
+      add("compile", OptLevel::O2, false, "C++ has no compiler for torch::nn modules; export an AOTInductor package instead");
+    } else if (model_.torchscript) {
+      add("compile", OptLevel::O2, false, "TorchScript modules are compiled by TorchScript");
+    } else if (int8 && config_.optimization_level >= OptLevel::O3) {
+      add("compile", OptLevel::O2, false, "the int8 weight-only kernel is called directly; inductor would decompose it");
+    } else {
+      // inductor generates code for the devices it has backends for; other devices get
+      // aot_eager, which traces and partitions forward/backward but runs torch's own kernels.
+      const bool inductor = device_.backend == "cpu" || is_gpu(device_) || device_.backend == "xpu";
+      add("compile", OptLevel::O2, true,
+          std::string("torch.compile with the ") + (inductor ? "inductor" : "aot_eager") + " backend",
+          inductor ? "inductor" : "aot_eager");
+    }
+  }
+
+  void plan_int8(bool int8) {
+    if (config_.training) {
+      add("int8_weights", OptLevel::O3, false, "training: int8 weights are for inference");
+    } else if (device_.backend != "cpu") {
+      add("int8_weights", OptLevel::O3, false, "torch's int8 weight-only matmul is used on the CPU only");
+    } else if (precision_ != Precision::kBf16) {
+      add("int8_weights", OptLevel::O3, false,
+          "the CPU's int8 weight-only matmul is fast with bfloat16 activations only; precision is " +
+              std::string(name_of(precision_)));
+    } else if (!model_.python) {
+      add("int8_weights", OptLevel::O3, false, "the C++ front end has no int8 Linear module yet");
+    } else {
+      add("int8_weights", OptLevel::O3, int8,
+          int8 ? "Linear weights stored as int8 with a scale per output row (torch._weight_int8pack_mm)"
+               : "the model has no Linear layer");
+    }
+  }
+
+  const TorchBridgeConfig& config_;
+  const DeviceInfo& device_;
+  Precision precision_;
+  const ModelTraits& model_;
+  std::vector<PlannedStep> steps_;
+};
+
+}  // namespace
+
+std::vector<PlannedStep> plan_optimization(const TorchBridgeConfig& config, const DeviceInfo& device,
+                                           const PrecisionDecision& precision, const ModelTraits& model) {
+  return Planner(config, device, precision, model).plan();
+}
+
+}  // namespace torchbridge

@@ -1,0 +1,152 @@
+#include <torchbridge/optimize/config.h>
+
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+
+namespace torchbridge {
+namespace {
+
+// `fn` raises c10::ValueError whose message contains `expected`.
+void expect_value_error(const std::function<void()>& fn, const std::string& expected) {
+  try {
+    fn();
+  } catch (const c10::ValueError& e) {
+    EXPECT_NE(e.msg().find(expected), std::string::npos) << "message: " << e.msg() << "\nexpected: " << expected;
+    return;
+  }
+  ADD_FAILURE() << "no ValueError; expected one saying: " << expected;
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+TEST(Config, PresetsSayWhatTheyAreFor) {
+  const auto training = TorchBridgeConfig::for_training();
+  EXPECT_EQ(training.optimization_level, OptLevel::O2);
+  EXPECT_TRUE(training.training);
+  EXPECT_EQ(training.precision, "auto");
+  const auto inference = TorchBridgeConfig::for_inference();
+  EXPECT_EQ(inference.optimization_level, OptLevel::O3);
+  EXPECT_FALSE(inference.training);
+  const auto development = TorchBridgeConfig::for_development();
+  EXPECT_EQ(development.optimization_level, OptLevel::O0);
+  EXPECT_EQ(development.precision, "fp32");
+  EXPECT_TRUE(development.deterministic);
+  EXPECT_FALSE(development.compile);
+}
+
+TEST(Config, JsonRoundTripsEveryField) {
+  TorchBridgeConfig config = TorchBridgeConfig::for_inference();
+  config.backend = "cpu";
+  config.precision = "bf16";
+  config.deterministic = true;
+  const TorchBridgeConfig back = config_from_json_text(to_json_text(config));
+  EXPECT_EQ(to_json_text(back), to_json_text(config));
+  EXPECT_EQ(back.backend, "cpu");
+  EXPECT_EQ(back.optimization_level, OptLevel::O3);
+}
+
+TEST(Config, FieldsAbsentFromADocumentKeepTheBase) {
+  const auto config = config_from_json_text(R"({"precision": "fp16"})", TorchBridgeConfig::for_inference());
+  EXPECT_EQ(config.precision, "fp16");
+  EXPECT_EQ(config.optimization_level, OptLevel::O3);
+  EXPECT_FALSE(config.training);
+}
+
+TEST(Config, BadDocumentsNameTheKeyAndWhatWasExpected) {
+  expect_value_error([&] { config_from_json_text(R"({"precison": "fp16"})", {}, "my.json"); },
+                            "my.json: unknown key 'precison'; the configuration has backend, device_index");
+  expect_value_error([&] { config_from_json_text(R"({"training": "yes"})"); },
+                            "'training': expected true or false, got \"yes\"");
+  expect_value_error([&] { config_from_json_text(R"({"device_index": -1})"); },
+                            "expected a device index >= 0, got -1");
+  expect_value_error([&] { config_from_json_text(R"({"precision": "fp12"})"); },
+                            "precision: unknown precision 'fp12': expected one of fp64, fp32, tf32, fp16, bf16, fp8, or \"auto\"");
+  expect_value_error([&] { config_from_json_text(R"({"optimization_level": "O4"})"); }, "O4");
+  expect_value_error([&] { config_from_json_text(R"({"backend": "nvidai"})"); }, "nvidai");
+  expect_value_error([&] { config_from_json_text("[1, 2]"); }, "expected a JSON object");
+  expect_value_error([&] { config_from_json_text("{"); }, "not valid JSON");
+}
+
+TEST(Config, TomlFilesReadTheSameFields) {
+  const std::string path = write_file("tb_config_test.toml",
+                                      "# a comment\n"
+                                      "backend = \"cpu\"   # trailing comment\n"
+                                      "precision = 'fp32'\n\n"
+                                      "optimization_level = \"O1\"\n"
+                                      "training = false\n"
+                                      "device_index = 0\n");
+  const TorchBridgeConfig config = load_config(path);
+  EXPECT_EQ(config.backend, "cpu");
+  EXPECT_EQ(config.precision, "fp32");
+  EXPECT_EQ(config.optimization_level, OptLevel::O1);
+  EXPECT_FALSE(config.training);
+  std::remove(path.c_str());
+}
+
+TEST(Config, TomlItCannotReadIsRefusedByLine) {
+  const std::map<std::string, std::string> cases = {
+      {"[hardware]\n", "line 1: tables are not supported"},
+      {"backend = \"cpu\"\nprecision = [\"fp32\"]\n", "line 2: arrays and inline tables are not supported"},
+      {"training = maybe\n", "line 1: 'maybe' is not a string, integer, float or boolean"},
+      {"backend \"cpu\"\n", "line 1: expected 'key = value'"},
+      {"backend = \"cpu\nx", "line 1: unterminated string"},
+      {"backend = \"cpu\"\nbackend = \"cpu\"\n", "line 2: key 'backend' appears twice"},
+      {"backend = \"cpu\" extra\n", "unexpected text after the value"},
+      {"precision = 3\n", "'precision': expected a string, got 3"},
+  };
+  for (const auto& [text, expected] : cases) {
+    const std::string path = write_file("tb_bad_config.toml", text);
+    expect_value_error([&] { load_config(path); }, expected);
+    std::remove(path.c_str());
+  }
+  expect_value_error([&] { load_config("/nonexistent/x.toml"); }, "cannot read the configuration file");
+  const std::string yaml = write_file("tb_config.yaml", "backend: cpu\n");
+  expect_value_error([&] { load_config(yaml); }, "expected a .json or .toml file");
+  std::remove(yaml.c_str());
+}
+
+TEST(Config, EnvironmentVariablesOverrideTheirFields) {
+  const std::map<std::string, std::string> environment = {
+      {"TORCHBRIDGE_PRECISION", "fp16"}, {"TORCHBRIDGE_OPTIMIZATION_LEVEL", "o1"},
+      {"TORCHBRIDGE_COMPILE", "0"},      {"TORCHBRIDGE_DEVICE_INDEX", "0"},
+      {"TORCHBRIDGE_BACKEND", ""}};  // empty counts as unset
+  const auto getenv = [&](const char* name) -> const char* {
+    const auto it = environment.find(name);
+    return it == environment.end() ? nullptr : it->second.c_str();
+  };
+  const TorchBridgeConfig config = with_environment(TorchBridgeConfig::for_training(), getenv);
+  EXPECT_EQ(config.precision, "fp16");
+  EXPECT_EQ(config.optimization_level, OptLevel::O1);
+  EXPECT_FALSE(config.compile);
+  EXPECT_EQ(config.backend, "auto");
+
+  const auto bad = [](const char* name) -> const char* {
+    return std::string(name) == "TORCHBRIDGE_TRAINING" ? "sometimes" : nullptr;
+  };
+  expect_value_error([&] { with_environment({}, bad); },
+                            "TORCHBRIDGE_TRAINING: expected 1/0, true/false, yes/no or on/off, got 'sometimes'");
+}
+
+TEST(Config, TheSchemaListsEveryFieldWithItsVariable) {
+  const std::string json = to_json_text(TorchBridgeConfig{});
+  ASSERT_EQ(config_schema().size(), 7u);
+  for (const auto& field : config_schema()) {
+    EXPECT_NE(json.find(std::string("\"") + field.name + "\""), std::string::npos) << field.name;
+    EXPECT_EQ(std::string(field.environment).rfind("TORCHBRIDGE_", 0), 0u) << field.name;
+    EXPECT_GT(std::string(field.description).size(), 10u) << field.name;
+  }
+}
+
+}  // namespace
+}  // namespace torchbridge
