@@ -18,14 +18,20 @@ class Module;
 
 namespace torchbridge {
 
-// How far prepare_model goes. O0 places the model on the device and nothing else.
+// How far prepare_model goes (docs/optimization.md): O0 places the model on the device and nothing
+// else; O1 adds precision-neutral rewrites, O2 mixed precision and compilation, O3 FP8 and
+// inference transforms.
 enum class OptLevel { O0, O1, O2, O3 };
 std::string to_string(OptLevel level);
 // Parses "O0".."O3" (case-insensitive); anything else raises naming the valid levels.
 OptLevel parse_opt_level(const std::string& text);
-// Raises NotImplementedError for levels not built yet (O1-O3), never silently running O0.
-// Shared by the C++ and Python prepare_model.
-void require_supported_opt_level(OptLevel level);
+
+class Backend;
+// How prepare_model applies O1-O3. Core cannot call the optimize layer above it, so that layer
+// installs its implementation when libtorchbridge loads (src/optimize/model_preparer.cpp), the
+// way the device SDK installs the registry's name resolver.
+using ModelPreparer = void (*)(const Backend& backend, torch::nn::Module& module, OptLevel level, int index);
+void set_model_preparer(ModelPreparer preparer);
 
 // Why a backend can or cannot be used in this process.
 enum class AvailabilityStatus {
@@ -73,8 +79,9 @@ class Backend {
   virtual c10::Stream new_stream(int index = 0) const = 0;
   virtual c10::Event new_event(bool enable_timing = false) const = 0;
 
-  // Places `module` on device `index` and applies the optimizations of `level`.
-  // Only O0 exists so far; O1-O3 raise "not yet supported" rather than silently doing O0.
+  // Places `module` on device `index` and applies the optimizations of `level`: O1-O3 run the
+  // optimize layer's UnifiedManager with this backend, precision "auto" and the module's own
+  // training mode (include <torchbridge/optimize/manager.h> for the report and other settings).
   void prepare_model(torch::nn::Module& module, OptLevel level = OptLevel::O0, int index = 0) const;
 
  protected:

@@ -64,6 +64,7 @@ namespace torchbridge::python {
 void bind_checkpoint(py::module_& m);  // checkpoint_bindings.cpp
 void bind_validation(py::module_& m);  // validation_bindings.cpp
 void bind_autograd_exit(py::module_& m);  // autograd_exit.cpp
+void bind_optimize(py::module_& m);  // optimize_bindings.cpp
 }
 
 PYBIND11_MODULE(_C, m) {
@@ -110,11 +111,6 @@ PYBIND11_MODULE(_C, m) {
   });
   // The canonical name of a level ("o2" -> "O2"); ValueError naming an unknown one.
   m.def("parse_opt_level", [](const std::string& level) { return to_string(parse_opt_level(level)); });
-  m.def("require_supported_opt_level", [](const std::string& level) {
-    const OptLevel parsed = parse_opt_level(level);
-    require_supported_opt_level(parsed);
-    return to_string(parsed);
-  });
 
   m.def("resolve_device", [](const std::string& requested, const std::string& target, bool explicit_target) {
     const DeviceResolution r = resolve_device(requested, target,
@@ -174,6 +170,7 @@ PYBIND11_MODULE(_C, m) {
   torchbridge::python::bind_checkpoint(m);
   torchbridge::python::bind_validation(m);
   torchbridge::python::bind_autograd_exit(m);
+  torchbridge::python::bind_optimize(m);
 
   // `self_command` starts the tool again for work that runs in a child process (an SDK device
   // beside CUDA in `validate`/`portability`); from Python that is the interpreter, not this process's binary.

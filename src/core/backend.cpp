@@ -29,12 +29,6 @@ OptLevel parse_opt_level(const std::string& text) {
   TORCH_CHECK_VALUE(false, "unknown optimization level '", text, "'; expected one of O0, O1, O2, O3");
 }
 
-void require_supported_opt_level(OptLevel level) {
-  TORCH_CHECK_NOT_IMPLEMENTED(level == OptLevel::O0, "optimization level ", to_string(level),
-                              " is not yet supported by TorchBridge (only O0 exists so far); "
-                              "refusing to run O0 in its place");
-}
-
 std::string to_string(AvailabilityStatus status) {
   switch (status) {
     case AvailabilityStatus::kAvailable: return "available";

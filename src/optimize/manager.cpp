@@ -94,14 +94,18 @@ UnifiedManager::UnifiedManager(TorchBridgeConfig config) : config_(std::move(con
 
 c10::Device UnifiedManager::device() const { return backend_->device(config_.device_index); }
 
+std::vector<PlannedStep> UnifiedManager::plan(const ModelTraits& traits) const {
+  return plan_optimization(config_, device_info_, precision_, traits);
+}
+
 std::optional<c10::ScalarType> UnifiedManager::autocast_dtype() const {
-  for (const auto& step : plan_optimization(config_, device_info_, precision_, ModelTraits{})) {
+  for (const auto& step : plan(ModelTraits{})) {
     if (step.name == "autocast" && step.apply) return dtype_named(step.argument);
   }
   return std::nullopt;
 }
 
-OptimizationReport UnifiedManager::start_report(const std::vector<PlannedStep>& /*plan*/) const {
+OptimizationReport UnifiedManager::start_report() const {
   OptimizationReport report;
   report.backend = backend_->name();
   report.device = device().str();
@@ -112,9 +116,9 @@ OptimizationReport UnifiedManager::start_report(const std::vector<PlannedStep>& 
 }
 
 const OptimizationReport& UnifiedManager::optimize(torch::nn::Module& module, torch::optim::Optimizer* optimizer) {
-  const auto plan = plan_optimization(config_, device_info_, precision_, traits_of(module, optimizer));
-  OptimizationReport report = start_report(plan);
-  for (const PlannedStep& step : plan) {
+  const auto steps = plan(traits_of(module, optimizer));
+  OptimizationReport report = start_report();
+  for (const PlannedStep& step : steps) {
     StepOutcome outcome{step.name, step.level, step.apply ? "applied" : "skipped", step.reason};
     if (!step.apply || optimize_detail::apply_process_setting(step)) {
       report.steps.push_back(std::move(outcome));

@@ -20,10 +20,10 @@ torch::jit::Module UnifiedManager::optimize(const torch::jit::Module& module) {
     if (type.find("Conv2d") != std::string::npos) traits.has_convolutions = true;
     if (type.find("Linear") != std::string::npos) traits.has_linear = true;
   }
-  const auto plan = plan_optimization(config_, device_info_, precision_, traits);
-  OptimizationReport report = start_report(plan);
+  const auto steps = plan(traits);
+  OptimizationReport report = start_report();
   torch::jit::Module result = module.clone();
-  for (const PlannedStep& step : plan) {
+  for (const PlannedStep& step : steps) {
     StepOutcome outcome{step.name, step.level, step.apply ? "applied" : "skipped", step.reason};
     if (!step.apply || optimize_detail::apply_process_setting(step)) {
       report.steps.push_back(std::move(outcome));
@@ -32,7 +32,7 @@ torch::jit::Module UnifiedManager::optimize(const torch::jit::Module& module) {
     if (step.name == "place") {
       result.to(device());
     } else if (step.name == "freeze_torchscript") {
-      TORCH_CHECK_VALUE(!result.is_training(), "freeze_torchscript: the configuration says inference (training = "
+      TORCH_CHECK_VALUE(!module.is_training(), "freeze_torchscript: the configuration says inference (training = "
                         "false) but the TorchScript module is in training mode; call eval() first");
       result = torch::jit::optimize_for_inference(result);  // freezes first, as torch.jit.optimize_for_inference
     } else if (step.name == "channels_last") {

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
 #include <memory>
@@ -20,18 +21,26 @@ TEST(PrepareModel, O0PlacesEveryParameterOnTheBackendDevice) {
   }
 }
 
-TEST(PrepareModel, HigherLevelsAreRefusedNotSilentlyDowngraded) {
+TEST(PrepareModel, HigherLevelsRunTheOptimizationPlan) {
   auto cpu = create_backend("cpu");
-  torch::nn::Linear model(4, 3);
-  for (OptLevel level : {OptLevel::O1, OptLevel::O2, OptLevel::O3}) {
-    try {
-      cpu->prepare_model(*model, level);
-      FAIL() << to_string(level) << " accepted";
-    } catch (const c10::NotImplementedError& e) {
-      EXPECT_NE(e.msg().find("not yet supported"), std::string::npos) << e.msg();
-      EXPECT_NE(e.msg().find(to_string(level)), std::string::npos) << e.msg();
-    }
-  }
+  // O1: the convolution's weight goes channels-last; the module's results stay the same.
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(2, 4, 3));
+  cpu->prepare_model(*conv, OptLevel::O1);
+  EXPECT_TRUE(conv->weight.is_contiguous(at::MemoryFormat::ChannelsLast));
+  // O2 on a module in eval mode (inference): with bf16 or fp16 native here, weights are cast;
+  // without, precision "auto" is fp32 and they stay float32. Either way the device's policy decides.
+  torch::nn::Linear linear(4, 3);
+  linear->eval();
+  cpu->prepare_model(*linear, OptLevel::O2);
+  const c10::ScalarType expected = [&] {
+    const auto& f = cpu->info(0).features;
+    return f.bf16 ? c10::ScalarType::BFloat16 : f.fp16 ? c10::ScalarType::Half : c10::ScalarType::Float;
+  }();
+  EXPECT_EQ(linear->weight.scalar_type(), expected);
+  // In training mode the parameters stay float32 (master weights).
+  torch::nn::Linear trained(4, 3);
+  cpu->prepare_model(*trained, OptLevel::O3);
+  EXPECT_EQ(trained->weight.scalar_type(), c10::ScalarType::Float);
 }
 
 TEST(PrepareModel, BadDeviceIndexIsRejected) {

@@ -60,6 +60,10 @@ class UnifiedManager {
   // The dtype autocast should compute in, when the configured level and precision use autocast.
   std::optional<c10::ScalarType> autocast_dtype() const;
 
+  // The plan for a model with `traits` under this manager's configuration, device and precision
+  // (what the Python package executes; optimize() executes it for LibTorch modules).
+  std::vector<PlannedStep> plan(const ModelTraits& traits) const;
+
   // Places `module` on the device and applies the configured level. `optimizer` (optional) is
   // reported on; LibTorch's optimizers have nothing to fuse.
   const OptimizationReport& optimize(torch::nn::Module& module, torch::optim::Optimizer* optimizer = nullptr);
@@ -71,7 +75,7 @@ class UnifiedManager {
   const OptimizationReport& report() const { return report_; }
 
  private:
-  OptimizationReport start_report(const std::vector<PlannedStep>& plan) const;
+  OptimizationReport start_report() const;
 
   TorchBridgeConfig config_;
   std::shared_ptr<Backend> backend_;

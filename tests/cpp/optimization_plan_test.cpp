@@ -1,0 +1,133 @@
+#include <torchbridge/optimize/plan.h>
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace torchbridge {
+namespace {
+
+DeviceInfo hopper() {
+  DeviceInfo info;
+  info.backend = "cuda";
+  info.name = "NVIDIA H100 80GB HBM3";
+  info.architecture = "sm_90";
+  info.supported_dtypes = {c10::ScalarType::Float, c10::ScalarType::Double};
+  info.features = {.tf32 = true, .bf16 = true, .fp16 = true, .fp8 = true};
+  return info;
+}
+
+DeviceInfo bf16_cpu() {
+  DeviceInfo info;
+  info.backend = "cpu";
+  info.supported_dtypes = {c10::ScalarType::Float, c10::ScalarType::Double};
+  info.cpu = CpuDetails{};
+  info.cpu->isa.avx512_bf16 = true;
+  info.features.bf16 = true;
+  return info;
+}
+
+std::vector<PlannedStep> plan(const TorchBridgeConfig& config, const DeviceInfo& device, const ModelTraits& model) {
+  return plan_optimization(config, device, decide_precision(device, config.precision), model);
+}
+
+const PlannedStep& step(const std::vector<PlannedStep>& steps, const std::string& name) {
+  for (const auto& s : steps) {
+    if (s.name == name) return s;
+  }
+  static const PlannedStep missing{"<missing>", OptLevel::O0, false, "", ""};
+  ADD_FAILURE() << "no step " << name;
+  return missing;
+}
+
+TorchBridgeConfig at_level(OptLevel level, bool training = true) {
+  TorchBridgeConfig config;
+  config.optimization_level = level;
+  config.training = training;
+  return config;
+}
+
+TEST(OptimizationPlan, ALevelHasNoStepOfAHigherOne) {
+  for (OptLevel level : {OptLevel::O0, OptLevel::O1, OptLevel::O2, OptLevel::O3}) {
+    for (const auto& s : plan(at_level(level), hopper(), {.python = true, .has_linear = true})) {
+      EXPECT_LE(s.level, level) << s.name;
+      EXPECT_FALSE(s.reason.empty()) << s.name;
+    }
+  }
+  const auto o0 = plan(at_level(OptLevel::O0), hopper(), {});
+  ASSERT_EQ(o0.size(), 2u);  // place, and deterministic (off)
+  EXPECT_TRUE(step(o0, "place").apply);
+  EXPECT_FALSE(step(o0, "deterministic").apply);
+}
+
+TEST(OptimizationPlan, O1OnAnH100UsesTf32AndCudnnBenchmarkUnlessFp32WasAskedFor) {
+  auto steps = plan(at_level(OptLevel::O1), hopper(), {});
+  EXPECT_TRUE(step(steps, "tf32").apply);
+  EXPECT_TRUE(step(steps, "cudnn_benchmark").apply);
+  TorchBridgeConfig fp32 = at_level(OptLevel::O1);
+  fp32.precision = "fp32";
+  fp32.deterministic = true;
+  steps = plan(fp32, hopper(), {});
+  EXPECT_FALSE(step(steps, "tf32").apply);
+  EXPECT_NE(step(steps, "tf32").reason.find("fp32 was requested explicitly"), std::string::npos);
+  EXPECT_FALSE(step(steps, "cudnn_benchmark").apply);
+  EXPECT_TRUE(step(steps, "deterministic").apply);
+  EXPECT_FALSE(step(plan(at_level(OptLevel::O1), bf16_cpu(), {}), "tf32").apply);
+}
+
+TEST(OptimizationPlan, FusedOptimizersOnlyWherePythonHasThem) {
+  EXPECT_TRUE(step(plan(at_level(OptLevel::O1), hopper(), {.python = true, .optimizer = "AdamW"}), "fused_optimizer").apply);
+  EXPECT_FALSE(step(plan(at_level(OptLevel::O1), hopper(), {.python = true, .optimizer = "RMSprop"}), "fused_optimizer").apply);
+  EXPECT_FALSE(step(plan(at_level(OptLevel::O1), hopper(), {.optimizer = "AdamW"}), "fused_optimizer").apply);
+  EXPECT_FALSE(step(plan(at_level(OptLevel::O1), hopper(), {.python = true}), "fused_optimizer").apply);
+}
+
+TEST(OptimizationPlan, O2TrainingAutocastsAndKeepsMasterWeights) {
+  const auto steps = plan(at_level(OptLevel::O2), bf16_cpu(), {.python = true, .has_linear = true});
+  EXPECT_TRUE(step(steps, "autocast").apply);
+  EXPECT_EQ(step(steps, "autocast").argument, "bfloat16");
+  EXPECT_FALSE(step(steps, "low_precision_weights").apply);
+  EXPECT_EQ(step(steps, "compile").argument, "inductor");
+  // C++ cannot compile a torch::nn module; SDK devices compile with aot_eager.
+  EXPECT_FALSE(step(plan(at_level(OptLevel::O2), bf16_cpu(), {.has_linear = true}), "compile").apply);
+  DeviceInfo emu = bf16_cpu();
+  emu.backend = "emu";
+  emu.cpu.reset();
+  EXPECT_EQ(step(plan(at_level(OptLevel::O2), emu, {.python = true}), "compile").argument, "aot_eager");
+}
+
+TEST(OptimizationPlan, FullPrecisionHasNothingToAutocast) {
+  TorchBridgeConfig config = at_level(OptLevel::O3, false);
+  config.precision = "fp32";
+  const auto steps = plan(config, bf16_cpu(), {.python = true, .has_linear = true});
+  EXPECT_FALSE(step(steps, "autocast").apply);
+  EXPECT_FALSE(step(steps, "low_precision_weights").apply);
+  EXPECT_FALSE(step(steps, "fp8").apply);
+  EXPECT_FALSE(step(steps, "int8_weights").apply);
+}
+
+TEST(OptimizationPlan, O3UsesFp8OnHardwareWithFp8) {
+  const auto steps = plan(at_level(OptLevel::O3), hopper(), {.python = true, .has_linear = true});
+  EXPECT_TRUE(step(steps, "fp8").apply);
+  EXPECT_EQ(step(steps, "autocast").argument, "bfloat16");  // around the FP8 layers
+  EXPECT_FALSE(step(steps, "int8_weights").apply);
+}
+
+TEST(OptimizationPlan, O3InferenceOnABf16CpuStoresLinearWeightsInInt8) {
+  const auto steps = plan(at_level(OptLevel::O3, false), bf16_cpu(), {.python = true, .has_linear = true});
+  EXPECT_TRUE(step(steps, "int8_weights").apply);
+  EXPECT_TRUE(step(steps, "low_precision_weights").apply);
+  EXPECT_FALSE(step(steps, "compile").apply);
+  EXPECT_FALSE(step(plan(at_level(OptLevel::O3, true), bf16_cpu(), {.python = true, .has_linear = true}),
+                    "int8_weights").apply);
+}
+
+TEST(OptimizationPlan, TorchScriptIsFrozenForInferenceOnly) {
+  EXPECT_TRUE(step(plan(at_level(OptLevel::O1, false), bf16_cpu(), {.torchscript = true}), "freeze_torchscript").apply);
+  EXPECT_FALSE(step(plan(at_level(OptLevel::O1, true), bf16_cpu(), {.torchscript = true}), "freeze_torchscript").apply);
+  EXPECT_FALSE(step(plan(at_level(OptLevel::O1, false), bf16_cpu(), {}), "freeze_torchscript").apply);
+}
+
+}  // namespace
+}  // namespace torchbridge

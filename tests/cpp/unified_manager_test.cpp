@@ -1,0 +1,118 @@
+#include <torchbridge/optimize/manager.h>
+
+#include "error_message.h"
+
+#include <ATen/Context.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/randn.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+
+#include <string>
+
+namespace torchbridge {
+namespace {
+
+using test_support::error_of;
+
+TorchBridgeConfig cpu_config(OptLevel level, const std::string& precision, bool training) {
+  TorchBridgeConfig config;
+  config.backend = "cpu";
+  config.optimization_level = level;
+  config.precision = precision;
+  config.training = training;
+  return config;
+}
+
+const StepOutcome& outcome(const OptimizationReport& report, const std::string& name) {
+  for (const auto& s : report.steps) {
+    if (s.name == name) return s;
+  }
+  static const StepOutcome missing{"<missing>", OptLevel::O0, "", ""};
+  ADD_FAILURE() << "no step " << name;
+  return missing;
+}
+
+TEST(UnifiedManager, TrainingAtO2KeepsFloat32MasterWeightsAndHandsAutocastToTheCaller) {
+  UnifiedManager manager(cpu_config(OptLevel::O2, "bf16", true));
+  torch::nn::Sequential model(torch::nn::Linear(8, 8), torch::nn::BatchNorm1d(8));
+  const OptimizationReport& report = manager.optimize(*model);
+  for (const auto& p : model->parameters()) EXPECT_EQ(p.scalar_type(), c10::ScalarType::Float);
+  EXPECT_EQ(outcome(report, "autocast").outcome, "caller");
+  EXPECT_EQ(outcome(report, "low_precision_weights").outcome, "skipped");
+  EXPECT_EQ(outcome(report, "compile").outcome, "skipped");
+  EXPECT_EQ(manager.autocast_dtype(), c10::ScalarType::BFloat16);
+  EXPECT_EQ(report.precision.precision, Precision::kBf16);
+}
+
+TEST(UnifiedManager, InferenceAtO2CastsFloatingPointTensorsOnly) {
+  UnifiedManager manager(cpu_config(OptLevel::O2, "bf16", false));
+  torch::nn::Sequential model(torch::nn::Linear(8, 8), torch::nn::BatchNorm1d(8));
+  EXPECT_EQ(outcome(manager.optimize(*model), "low_precision_weights").outcome, "applied");
+  for (const auto& p : model->parameters()) EXPECT_EQ(p.scalar_type(), c10::ScalarType::BFloat16);
+  for (const auto& b : model->named_buffers()) {
+    const bool counter = b.key().find("num_batches_tracked") != std::string::npos;
+    EXPECT_EQ(b.value().scalar_type(), counter ? c10::ScalarType::Long : c10::ScalarType::BFloat16) << b.key();
+  }
+}
+
+TEST(UnifiedManager, O1PutsConvolutionWeightsInChannelsLast) {
+  UnifiedManager manager(cpu_config(OptLevel::O1, "fp32", true));
+  torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 8, 3)), torch::nn::Linear(6, 6));
+  const at::Tensor input = at::randn({2, 3, 8, 8});
+  const at::Tensor before = model->forward(input);
+  EXPECT_EQ(outcome(manager.optimize(*model), "channels_last").outcome, "applied");
+  const at::Tensor weight = model->parameters()[0];
+  EXPECT_TRUE(weight.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(at::allclose(model->forward(input), before, 1e-5, 1e-6));
+}
+
+TEST(UnifiedManager, DevelopmentPresetIsDeterministicAndOnlyPlaces) {
+  const bool was = at::globalContext().deterministicAlgorithms();
+  TorchBridgeConfig config = TorchBridgeConfig::for_development();
+  config.backend = "cpu";
+  UnifiedManager manager(config);
+  torch::nn::Linear model(4, 4);
+  const OptimizationReport& report = manager.optimize(*model);
+  ASSERT_EQ(report.steps.size(), 2u);
+  EXPECT_EQ(outcome(report, "place").outcome, "applied");
+  EXPECT_EQ(outcome(report, "deterministic").outcome, "applied");
+  EXPECT_TRUE(at::globalContext().deterministicAlgorithms());
+  at::globalContext().setDeterministicAlgorithms(was, false);
+  EXPECT_NE(to_json_text(report).find("\"outcome\":\"applied\""), std::string::npos);
+}
+
+TEST(UnifiedManager, TorchScriptInferenceIsFrozenAndGivesTheSameResult) {
+  torch::jit::Module module("Scaled");
+  // Modules built in C++ have no `training` attribute until given one; eval() then sets it.
+  module.register_attribute("training", c10::BoolType::get(), true);
+  module.register_parameter("weight", at::randn({4, 4}), false);
+  module.define("def forward(self, x):\n  return x.matmul(self.weight).relu()\n");
+  module.eval();
+  const at::Tensor input = at::randn({3, 4});
+  const at::Tensor expected = module.forward({input}).toTensor();
+  UnifiedManager manager(cpu_config(OptLevel::O1, "fp32", false));
+  torch::jit::Module frozen = manager.optimize(module);
+  EXPECT_EQ(outcome(manager.report(), "freeze_torchscript").outcome, "applied");
+  EXPECT_EQ(frozen.named_parameters().size(), 0u);  // inlined as constants
+  EXPECT_TRUE(at::allclose(frozen.forward({input}).toTensor(), expected));
+}
+
+TEST(UnifiedManager, RefusalsHappenBeforeAnyModelIsTouched) {
+  EXPECT_NE(error_of([] { UnifiedManager(cpu_config(OptLevel::O0, "fp8", true)); }).find("cannot run on cpu:0"),
+            std::string::npos);
+  TorchBridgeConfig bad_index = cpu_config(OptLevel::O0, "auto", true);
+  bad_index.device_index = 3;
+  EXPECT_NE(error_of([&] { UnifiedManager{bad_index}; }).find("3"), std::string::npos);
+  TorchBridgeConfig unknown = cpu_config(OptLevel::O0, "auto", true);
+  unknown.backend = "nvidai";
+  EXPECT_NE(error_of([&] { UnifiedManager{unknown}; }).find("nvidai"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace torchbridge
