@@ -14,8 +14,11 @@ __version__ = _C.__version__
 
 from . import devices  # noqa: E402
 from .backends import Backend, BackendFactory, detect_best_backend  # noqa: E402
+from .config import TorchBridgeConfig  # noqa: E402
+from .optimize import UnifiedManager  # noqa: E402
 from .validation import UnifiedValidator  # noqa: E402
 
 devices._load_from_environment()
 
-__all__ = ["Backend", "BackendFactory", "UnifiedValidator", "detect_best_backend", "devices", "__version__"]
+__all__ = ["Backend", "BackendFactory", "TorchBridgeConfig", "UnifiedManager", "UnifiedValidator",
+           "detect_best_backend", "devices", "__version__"]

@@ -38,9 +38,6 @@ torch::jit::Module UnifiedManager::optimize(const torch::jit::Module& module) {
     } else if (step.name == "channels_last") {
       outcome.outcome = "skipped";
       outcome.detail = "TorchScript: convolution weights keep their layout (optimize_for_inference chooses it when frozen)";
-    } else if (step.name == "low_precision_weights" || step.name == "autocast") {
-      outcome.outcome = "skipped";
-      outcome.detail = "TorchScript modules run in the dtypes they were scripted with";
     } else {
       TORCH_CHECK(false, "the optimization plan has a step '", step.name, "' the TorchScript executor does not know");
     }

@@ -91,6 +91,8 @@ class Planner {
                       model_.python;
     if (!low_precision(precision_)) {
       add("autocast", OptLevel::O2, false, std::string("precision is ") + name_of(precision_) + ": nothing to autocast");
+    } else if (model_.torchscript) {
+      add("autocast", OptLevel::O2, false, "TorchScript modules run in the dtypes they were scripted with");
     } else {
       add("autocast", OptLevel::O2, true,
           "forward under autocast(" + device_.backend + ", " + autocast_dtype(precision_) + ")" +
@@ -100,6 +102,8 @@ class Planner {
     }
     if (training) {
       add("low_precision_weights", OptLevel::O2, false, "training keeps float32 master weights");
+    } else if (model_.torchscript) {
+      add("low_precision_weights", OptLevel::O2, false, "TorchScript modules run in the dtypes they were scripted with");
     } else if (!low_precision(precision_)) {
       add("low_precision_weights", OptLevel::O2, false, std::string("precision is ") + name_of(precision_));
     } else {

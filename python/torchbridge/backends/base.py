@@ -151,12 +151,19 @@ class Backend:
 
     def prepare_model(self, model: torch.nn.Module, optimization_level: "str | None" = None) -> torch.nn.Module:
         """Places ``model`` on this backend's device at ``optimization_level`` (None: the level
-        this backend was constructed with). Only O0 exists so far; O1-O3 raise
-        NotImplementedError instead of silently running O0."""
+        this backend was constructed with) and returns the model to use. O1-O3 run
+        ``UnifiedManager`` with this backend, precision "auto" and the model's own mode
+        (``model.training``); use UnifiedManager directly for the report and other settings."""
         check_model(model)
         level = self._optimization_level if optimization_level is None else check_optimization_level(optimization_level)
-        _C.require_supported_opt_level(level)
-        return model.to(self.device)
+        if level == "O0":
+            return model.to(self.device)
+        from ..config import TorchBridgeConfig
+        from ..optimize import UnifiedManager
+
+        config = TorchBridgeConfig(backend=self.name, device_index=self.device_index, optimization_level=level,
+                                   training=model.training)
+        return UnifiedManager(config).optimize(model)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(name={self.name!r}, device={self.device}, "

@@ -89,9 +89,12 @@ class TPUBackend:
         self._xm.wait_device_ops()
 
     def prepare_model(self, model: torch.nn.Module, optimization_level: "str | None" = None) -> torch.nn.Module:
-        from .. import _C
-
         check_model(model)
         level = self._optimization_level if optimization_level is None else check_optimization_level(optimization_level)
-        _C.require_supported_opt_level(level)
+        if level != "O0":
+            # The optimization plan decides from the C++ DeviceInfo, and the C++ core cannot
+            # describe TPUs (torch_xla is Python-only); running O0 instead would be a silent downgrade.
+            raise NotImplementedError(f"optimization level {level} is not available for TPUs: the precision policy "
+                                      "needs a device description the C++ core cannot read through torch_xla; use O0 "
+                                      "and torch_xla's own tools")
         return model.to(self.device)

@@ -1,0 +1,53 @@
+"""Weight-only int8 Linear for CPU inference (optimization level O3, ``int8_weights`` step).
+
+Weights are stored as int8 with one scale per output row; torch's ``_weight_int8pack_mm`` CPU
+kernel multiplies bfloat16 activations by them without materialising a dequantised weight. With
+bfloat16 activations it is faster than a bfloat16 matmul at small batch sizes (weights are read at
+a quarter of float32's bytes); with float32 activations the kernel is much slower than float32
+matmul, which is why the plan applies this only when the precision is bf16 (README benchmark).
+"""
+
+import torch
+
+_INT8_MAX = 127
+
+
+class Int8WeightOnlyLinear(torch.nn.Module):
+    """A Linear whose weight is int8 with a per-output-row scale; forward in ``compute_dtype``."""
+
+    def __init__(self, linear: torch.nn.Linear, compute_dtype: torch.dtype):
+        super().__init__()
+        weight = linear.weight.detach().float()
+        # Symmetric per-row scale: the row's largest magnitude maps to 127 (an all-zero row keeps
+        # scale 1 so it stays exactly zero instead of dividing by zero).
+        scale = weight.abs().amax(dim=1) / _INT8_MAX
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        quantized = torch.round(weight / scale[:, None]).clamp(-_INT8_MAX, _INT8_MAX).to(torch.int8)
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        self.register_buffer("weight_int8", quantized.contiguous())
+        self.register_buffer("scale", scale.to(compute_dtype))
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().to(compute_dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        leading = x.shape[:-1]
+        flat = x.reshape(-1, self.in_features).to(self.scale.dtype)
+        out = torch._weight_int8pack_mm(flat, self.weight_int8, self.scale)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*leading, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, weight=int8, " \
+               f"compute_dtype={self.scale.dtype}"
+
+
+def quantize_linear_weights(model: torch.nn.Module, compute_dtype: torch.dtype) -> "list[str]":
+    """Replaces every nn.Linear of ``model`` in place; returns the qualified names replaced."""
+    replaced = []
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear:  # subclasses may change forward: left alone
+                setattr(parent, child_name, Int8WeightOnlyLinear(child, compute_dtype))
+                replaced.append(f"{parent_name}.{child_name}" if parent_name else child_name)
+    return replaced

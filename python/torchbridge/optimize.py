@@ -1,0 +1,211 @@
+"""UnifiedManager: one call prepares a model for the hardware that is there.
+
+    from torchbridge import TorchBridgeConfig, UnifiedManager
+    config = TorchBridgeConfig.for_training()
+    manager = UnifiedManager(config)
+    optimized_model = manager.optimize(model)              # or manager.optimize(model, optimizer)
+    print(manager.report())
+
+What each level does is decided in C++ (the optimization plan, ``include/torchbridge/optimize/plan.h``)
+from the configuration, the device's capabilities and the model; this module carries the plan out
+on a torch.nn.Module. It may turn a step into a skipped one when torch refuses it here (the report
+says why), and never adds steps of its own.
+"""
+
+import contextlib
+import dataclasses
+import functools
+import inspect
+import json
+
+import torch
+
+from . import _C
+from ._int8_linear import quantize_linear_weights
+from .config import TorchBridgeConfig
+from .precision import PrecisionDecision
+
+__all__ = ["OptimizationReport", "StepOutcome", "UnifiedManager"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOutcome:
+    name: str
+    level: str
+    outcome: str  # "applied" or "skipped"
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizationReport:
+    backend: str
+    device: str
+    level: str
+    training: bool
+    precision: PrecisionDecision
+    steps: "tuple[StepOutcome, ...]"
+
+    def applied(self) -> "list[str]":
+        return [s.name for s in self.steps if s.outcome == "applied"]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self, indent=None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def __str__(self) -> str:
+        lines = [f"{self.level} on {self.device} ({'training' if self.training else 'inference'}), "
+                 f"precision {self.precision.precision}: {self.precision.reason}"]
+        width = max((len(s.name) for s in self.steps), default=0)
+        lines += [f"  {s.level} {s.name:<{width}}  {s.outcome:<7}  {s.detail}" for s in self.steps]
+        return "\n".join(lines)
+
+
+def _model_traits(model: torch.nn.Module, optimizer) -> dict:
+    modules = list(model.modules())
+    return {
+        "torchscript": isinstance(model, torch.jit.ScriptModule),
+        "has_convolutions": any(isinstance(m, torch.nn.Conv2d) for m in modules)
+        or (isinstance(model, torch.jit.ScriptModule) and "Conv2d" in str(model.graph)),
+        "has_linear": any(type(m) is torch.nn.Linear for m in modules),
+        "optimizer": "" if optimizer is None else type(optimizer).__name__,
+    }
+
+
+def _autocast_forward(forward, device_type: str, dtype: torch.dtype):
+    @functools.wraps(forward)
+    def wrapped(*args, **kwargs):
+        with torch.autocast(device_type=device_type, dtype=dtype):
+            return forward(*args, **kwargs)
+
+    wrapped.__torchbridge_autocast__ = (device_type, dtype)
+    return wrapped
+
+
+def _fused_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The same optimizer class, hyper-parameters and state, with fused=True (torch raises if the
+    device or dtypes cannot use the fused kernel)."""
+    state = optimizer.state_dict()
+    for group in state["param_groups"]:
+        group.update(fused=True, foreach=None)
+    groups = [dict(group, fused=True, foreach=None) for group in optimizer.param_groups]
+    # defaults may hold keys the constructor does not take (AdamW records decoupled_weight_decay).
+    accepted = inspect.signature(type(optimizer).__init__).parameters
+    defaults = {k: v for k, v in dict(optimizer.defaults, fused=True, foreach=None).items()
+                if k in accepted and k != "params"}
+    rebuilt = type(optimizer)(groups, **defaults)
+    rebuilt.load_state_dict(state)
+    return rebuilt
+
+
+class UnifiedManager:
+    """Chooses the backend, the device and the precision from a TorchBridgeConfig (refusing what
+    the hardware cannot do before any model is touched) and applies the configured optimization
+    level to models."""
+
+    def __init__(self, config: "TorchBridgeConfig | None" = None):
+        from .backends import BackendFactory
+
+        if config is None:
+            config = TorchBridgeConfig.for_training()
+        if not isinstance(config, TorchBridgeConfig):
+            raise TypeError(f"UnifiedManager needs a TorchBridgeConfig, got {type(config).__name__}")
+        config.validate()
+        self.config = dataclasses.replace(config)  # later changes to the caller's object do not leak in
+        backend_name = None if config.backend == "auto" else config.backend
+        # The Python Backend loads SDK devices and gives the torch.device; the C++ manager decides.
+        self.backend = BackendFactory.create(backend_name, config.device_index, config.optimization_level)
+        self._native = _C.UnifiedManager(json.dumps(dict(self.config.to_dict(), backend=self.backend.name)))
+        self.precision = PrecisionDecision.from_json(self._native.precision_json())
+        self._report = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.backend.device
+
+    def autocast(self):
+        """The autocast context the configured level and precision use (a no-op context when they
+        use none), for code that runs outside the optimized model's forward (e.g. the loss)."""
+        dtype = self._autocast_dtype()
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    def report(self) -> OptimizationReport:
+        """What the last optimize() call applied and skipped, and why."""
+        if self._report is None:
+            raise RuntimeError("report() describes an optimize() call; call manager.optimize(model) first")
+        return self._report
+
+    def optimize(self, model: torch.nn.Module, optimizer: "torch.optim.Optimizer | None" = None):
+        """Applies the configured level to ``model`` (in place where torch allows) and returns the
+        model to use, or ``(model, optimizer)`` when an optimizer is given: O1 may rebuild it with
+        fused kernels, so train with the returned one."""
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"optimize needs a torch.nn.Module, got {type(model).__name__}")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if self.config.training != model.training:
+            mode = "training" if self.config.training else "inference"
+            raise ValueError(f"the configuration is for {mode} (training={self.config.training}) but the model is in "
+                             f"{'training' if model.training else 'eval'} mode; call model."
+                             f"{'train' if self.config.training else 'eval'}() first or change config.training")
+        plan = json.loads(self._native.plan_json(json.dumps(_model_traits(model, optimizer))))
+        outcomes = []
+        for step in plan:
+            detail = step["reason"]
+            applied = step["apply"]
+            if applied:
+                model, optimizer, refused = self._execute(step, model, optimizer)
+                if refused:
+                    applied, detail = False, refused
+            outcomes.append(StepOutcome(step["name"], step["level"], "applied" if applied else "skipped", detail))
+        self._report = OptimizationReport(self.backend.name, str(self.device), self.config.optimization_level,
+                                          self.config.training, self.precision, tuple(outcomes))
+        return model if optimizer is None else (model, optimizer)
+
+    def _autocast_dtype(self):
+        traits = {"torchscript": False, "has_convolutions": False, "has_linear": False, "optimizer": ""}
+        for step in json.loads(self._native.plan_json(json.dumps(traits))):
+            if step["name"] == "autocast" and step["apply"]:
+                return getattr(torch, step["argument"])
+        return None
+
+    def _execute(self, step: dict, model, optimizer):
+        """Carries out one applying step; returns (model, optimizer, refusal or None)."""
+        name, argument = step["name"], step["argument"]
+        if name == "place":
+            model = model.to(self.device)
+        elif name == "deterministic":
+            torch.use_deterministic_algorithms(True)
+            torch.backends.cudnn.deterministic = True
+        elif name == "tf32":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        elif name == "cudnn_benchmark":
+            torch.backends.cudnn.benchmark = True
+        elif name == "fused_optimizer":
+            try:
+                optimizer = _fused_optimizer(optimizer)
+            except (RuntimeError, ValueError, TypeError) as error:
+                return model, optimizer, f"torch refused fused {type(optimizer).__name__} here: {error}"
+        elif name == "channels_last":
+            model = model.to(memory_format=torch.channels_last)
+        elif name == "freeze_torchscript":
+            model = torch.jit.optimize_for_inference(torch.jit.freeze(model))
+        elif name == "autocast":
+            model.forward = _autocast_forward(model.forward, self.device.type, getattr(torch, argument))
+        elif name == "low_precision_weights":
+            model = model.to(getattr(torch, argument))
+        elif name == "compile":
+            model.compile(backend=argument)
+        elif name == "int8_weights":
+            replaced = quantize_linear_weights(model, torch.bfloat16)
+            if not replaced:
+                return model, optimizer, "no nn.Linear to quantize (subclasses of Linear are left alone)"
+        elif name == "fp8":
+            return model, optimizer, "the FP8 layers are not part of this build yet"
+        else:
+            raise RuntimeError(f"the optimization plan has a step {name!r} the Python executor does not know")
+        return model, optimizer, None
