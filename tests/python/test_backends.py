@@ -124,14 +124,13 @@ def test_vendor_classes_take_device_index_and_optimization_level():
     model = backend.prepare_model(torch.nn.Linear(3, 2))
     assert model.weight.device == backend.device
     # The level given at construction is the one prepare_model applies ...
-    later = CPUBackend(optimization_level="O2")
-    assert later.optimization_level == "O2"
-    with pytest.raises(NotImplementedError, match="O2 is not yet supported"):
-        later.prepare_model(torch.nn.Linear(3, 2))
+    later = CPUBackend(optimization_level="O1")
+    assert later.optimization_level == "O1"
+    assert later.prepare_model(torch.nn.Conv2d(3, 2, 3)).weight.is_contiguous(memory_format=torch.channels_last)
     # ... and a per-call level overrides it, both ways.
-    assert later.prepare_model(torch.nn.Linear(3, 2), optimization_level="O0").weight.device == backend.device
-    with pytest.raises(NotImplementedError, match="O2 is not yet supported"):
-        backend.prepare_model(torch.nn.Linear(3, 2), optimization_level="O2")
+    assert later.prepare_model(torch.nn.Conv2d(3, 2, 3), optimization_level="O0").weight.is_contiguous()
+    assert backend.prepare_model(torch.nn.Conv2d(3, 2, 3), optimization_level="O1").weight.is_contiguous(
+        memory_format=torch.channels_last)
     assert BackendFactory.create("cpu", optimization_level="O3").optimization_level == "O3"
 
 
@@ -199,8 +198,9 @@ def test_prepare_model():
     backend = BackendFactory.create("cpu")
     model = backend.prepare_model(torch.nn.Linear(3, 2), optimization_level="O0")
     assert model.weight.device == backend.device
-    with pytest.raises(NotImplementedError, match="O2 is not yet supported"):
-        backend.prepare_model(torch.nn.Linear(3, 2), optimization_level="O2")
+    eval_model = torch.nn.Linear(3, 2).eval()  # inference at O2: weights in the precision "auto" decides
+    expected = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(backend.precision_policy().precision, torch.float32)
+    assert backend.prepare_model(eval_model, optimization_level="O2").weight.dtype == expected
     with pytest.raises(ValueError, match="'O9'"):
         backend.prepare_model(torch.nn.Linear(3, 2), optimization_level="O9")
 

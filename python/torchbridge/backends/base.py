@@ -124,6 +124,17 @@ class Backend:
         None in both forms (the table per backend is in docs/python-api.md)."""
         return memory_stats_with_mb(json.loads(self._native.memory_stats_json(self._checked_index(index))))
 
+    def precision_policy(self, requested: str = "auto", index: "int | None" = None):
+        """The precision ``requested`` ("auto" or fp64, fp32, tf32, bf16, fp16, fp8) resolves to on
+        this device, with the reason and how the device runs every precision
+        (``torchbridge.precision.PrecisionDecision``). A precision the device cannot compute
+        raises ValueError naming the device and what it supports."""
+        from ..precision import PrecisionDecision
+
+        if not isinstance(requested, str):
+            raise TypeError(f"precision must be a str such as 'auto' or 'bf16', got {requested!r}")
+        return PrecisionDecision.from_json(_C.decide_precision(self.name, self._checked_index(index), requested))
+
     def supports_bf16(self) -> bool:
         return self.get_device_info().features.bf16
 
