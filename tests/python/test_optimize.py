@@ -261,3 +261,16 @@ def test_o2_training_on_emu_matches_cpu_autocast(fresh_python):
     """), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ok" in result.stdout
+
+
+def test_torchscript_inference_is_frozen_with_the_same_results():
+    model = torch.jit.script(mlp().eval())
+    x = torch.randn(4, 32)
+    expected = model(x)
+    manager = UnifiedManager(cpu_config(training=False, optimization_level="O3", precision="bf16"))
+    frozen = manager.optimize(model)
+    assert outcomes(manager)["freeze_torchscript"] == "applied"
+    # TorchScript runs in the dtypes it was scripted with: no autocast, cast, int8 or compile.
+    assert all(outcomes(manager)[s] == "skipped" for s in ("autocast", "low_precision_weights", "compile"))
+    assert len(list(frozen.parameters())) == 0
+    torch.testing.assert_close(frozen(x), expected)
