@@ -199,7 +199,10 @@ class UnifiedManager:
         elif name == "low_precision_weights":
             model = model.to(getattr(torch, argument))
         elif name == "compile":
-            model.compile(backend=argument)
+            # The instance's forward, not Module.compile(): in torch 2.13 that compiles
+            # Module._call_impl, which dynamo skips as torch-internal, so nothing was compiled
+            # (no frame captured; seen on the CPU build). This keeps the module and its state-dict keys.
+            model.forward = torch.compile(model.forward, backend=argument)
         elif name == "int8_weights":
             replaced = quantize_linear_weights(model, torch.bfloat16)
             if not replaced:

@@ -154,7 +154,10 @@ def test_o2_training_autocasts_keeps_float32_weights_and_compiles():
     manager = UnifiedManager(cpu_config())  # for_training's level, auto precision
     model = manager.optimize(model)
     assert all(p.dtype == torch.float32 for p in model.parameters())
+    frames_before = torch._dynamo.utils.counters["frames"]["ok"]
     out = model(x)
+    assert torch._dynamo.utils.counters["frames"]["ok"] > frames_before  # really compiled, not eager
+    assert list(model.state_dict()) == list(reference.state_dict())  # same module, same keys
     assert out.dtype == AUTO_DTYPE
     with torch.autocast("cpu", dtype=AUTO_DTYPE):
         expected = reference(x)
