@@ -37,6 +37,7 @@ ModelTraits traits_from_json(const std::string& text) {
   traits.has_convolutions = j.at("has_convolutions").get<bool>();
   traits.has_linear = j.at("has_linear").get<bool>();
   traits.optimizer = j.at("optimizer").get<std::string>();
+  traits.has_example_inputs = j.at("has_example_inputs").get<bool>();
   return traits;
 }
 

@@ -4,6 +4,7 @@
 #include "dlpack_bridge.h"
 
 #include <torchbridge/device_info.h>
+#include <torchbridge/precision.h>
 #include <torchbridge/validation/builtin_models.h>
 #include <torchbridge/validation/validator.h>
 
@@ -105,6 +106,15 @@ void bind_validation(py::module_& m) {
           const PythonModelSource source(std::move(place), kind);
           return validation::report_json(validator.validate(source, tensors));
         });
+  // One CPU result against its CPU reference under a precision's output bound: metrics and verdict.
+  m.def("check_output", [](const py::capsule& result, const py::capsule& reference, const std::string& precision) {
+    const validation::OutputCheck check =
+        validation::check_output(from_capsule(result), from_capsule(reference), parse_precision(precision));
+    return py::dict(py::arg("max_abs_error") = check.metrics.max_abs_error,
+                    py::arg("max_rel_error") = check.metrics.max_rel_error,
+                    py::arg("rel_l2_error") = check.metrics.rel_l2_error,
+                    py::arg("cosine_similarity") = check.metrics.cosine_similarity, py::arg("within") = check.within);
+  }, py::arg("result"), py::arg("reference"), py::arg("precision"));
   m.def("parse_shape", &validation::parse_shape);
   m.def("builtin_model_names", [] {
     std::vector<std::string> names;

@@ -32,6 +32,9 @@ class TorchBridgeConfig:
         quantizing weights.
     compile: at O2 and up, torch.compile the model.
     deterministic: deterministic algorithms only, and no timing-based kernel choice.
+    validation: optimize() given example inputs compares the optimized model's outputs with the
+        original model's in float64 on the CPU, under the precision's output bound; outside it
+        raises.
     """
 
     backend: str = "auto"
@@ -41,6 +44,7 @@ class TorchBridgeConfig:
     training: bool = True
     compile: bool = True
     deterministic: bool = False
+    validation: bool = False
 
     @classmethod
     def for_training(cls) -> "TorchBridgeConfig":
@@ -54,7 +58,7 @@ class TorchBridgeConfig:
 
     @classmethod
     def for_development(cls) -> "TorchBridgeConfig":
-        """fp32, O0, deterministic, nothing compiled: results comparable run to run."""
+        """fp32, O0, deterministic, validated, nothing compiled: results comparable run to run."""
         return cls._from_json(_C.config_preset("development"))
 
     @classmethod

@@ -13,19 +13,25 @@ says why), and never adds steps of its own.
 """
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import inspect
 import json
 
 import torch
+from torch.utils.dlpack import to_dlpack
 
 from . import _C
 from ._int8_linear import quantize_linear_weights
 from .config import TorchBridgeConfig
 from .precision import PrecisionDecision
 
-__all__ = ["OptimizationReport", "StepOutcome", "UnifiedManager"]
+__all__ = ["OptimizationReport", "OptimizationValidationError", "StepOutcome", "UnifiedManager"]
+
+
+class OptimizationValidationError(ValueError):
+    """The optimized model's outputs are outside the precision's bound around the original model's."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,9 +68,10 @@ class OptimizationReport:
         return "\n".join(lines)
 
 
-def _model_traits(model: torch.nn.Module, optimizer) -> dict:
+def _model_traits(model: torch.nn.Module, optimizer, example_inputs=None) -> dict:
     modules = list(model.modules())
     return {
+        "has_example_inputs": example_inputs is not None,
         "torchscript": isinstance(model, torch.jit.ScriptModule),
         "has_convolutions": any(isinstance(m, torch.nn.Conv2d) for m in modules)
         or (isinstance(model, torch.jit.ScriptModule) and "Conv2d" in str(model.graph)),
@@ -97,6 +104,69 @@ def _fused_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     rebuilt = type(optimizer)(groups, **defaults)
     rebuilt.load_state_dict(state)
     return rebuilt
+
+
+def _flat_tensors(value) -> "list[torch.Tensor]":
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _flat_tensors(item)]
+    if isinstance(value, dict):
+        return [t for key in value for t in _flat_tensors(value[key])]
+    return []
+
+
+@contextlib.contextmanager
+def _eval_mode(model: torch.nn.Module):
+    """Dropout and batch statistics make training-mode outputs differ run to run; compare in eval."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+class _Reference:
+    """The original model's outputs in float64 on the CPU, taken before any step changes it."""
+
+    def __init__(self, model: torch.nn.Module, inputs: tuple):
+        self.inputs = inputs
+        original = copy.deepcopy(model).to("cpu", torch.float64)
+        with torch.no_grad(), _eval_mode(original):
+            self.outputs = _flat_tensors(original(*(_to(x, "cpu", torch.float64) for x in inputs)))
+
+    def check(self, model, device, precision: str) -> "tuple[str, str | None]":
+        """(the step's detail, a failure message or None)."""
+        with torch.no_grad(), _eval_mode(model):
+            results = _flat_tensors(model(*(_to(x, device) for x in self.inputs)))
+        if len(results) != len(self.outputs):
+            return "", f"the optimized model returned {len(results)} tensors, the original {len(self.outputs)}"
+        worst = None
+        for i, (result, reference) in enumerate(zip(results, self.outputs)):
+            check = _C.check_output(to_dlpack(result.detach().to("cpu", torch.float64).contiguous()),
+                                    to_dlpack(reference.contiguous()), precision)
+            if worst is None or not check["within"] or check["rel_l2_error"] > worst[1]["rel_l2_error"]:
+                worst = (i, check)
+            if not check["within"]:
+                break
+        i, check = worst
+        detail = (f"{len(results)} output(s) within the {precision} bound; worst: output {i} relative L2 error "
+                  f"{check['rel_l2_error']:.3g}, max abs error {check['max_abs_error']:.3g}, cosine "
+                  f"{check['cosine_similarity']:.6f}")
+        if check["within"]:
+            return detail, None
+        return (f"output {i} outside the {precision} bound: relative L2 error {check['rel_l2_error']:.3g}, cosine "
+                f"{check['cosine_similarity']:.6f}",
+                f"the optimized model's output {i} differs from the original model's beyond the {precision} bound "
+                f"(relative L2 error {check['rel_l2_error']:.3g}, max abs error {check['max_abs_error']:.3g}, cosine "
+                f"{check['cosine_similarity']:.6f}); see manager.report()")
+
+
+def _to(value, device, dtype=None):
+    if isinstance(value, torch.Tensor):
+        return value.to(device, dtype) if (dtype is not None and value.is_floating_point()) else value.to(device)
+    return value
 
 
 class UnifiedManager:
@@ -138,10 +208,14 @@ class UnifiedManager:
             raise RuntimeError("report() describes an optimize() call; call manager.optimize(model) first")
         return self._report
 
-    def optimize(self, model: torch.nn.Module, optimizer: "torch.optim.Optimizer | None" = None):
+    def optimize(self, model: torch.nn.Module, optimizer: "torch.optim.Optimizer | None" = None, *,
+                 example_inputs=None):
         """Applies the configured level to ``model`` (in place where torch allows) and returns the
         model to use, or ``(model, optimizer)`` when an optimizer is given: O1 may rebuild it with
-        fused kernels, so train with the returned one."""
+        fused kernels, so train with the returned one. With ``config.validation`` and
+        ``example_inputs`` (a tensor or a tuple of positional inputs, on any device), the optimized
+        model's outputs are checked against the original model's in float64 on the CPU; outside the
+        precision's output bound raises OptimizationValidationError (the report says by how much)."""
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"optimize needs a torch.nn.Module, got {type(model).__name__}")
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
@@ -151,22 +225,31 @@ class UnifiedManager:
             raise ValueError(f"the configuration is for {mode} (training={self.config.training}) but the model is in "
                              f"{'training' if model.training else 'eval'} mode; call model."
                              f"{'train' if self.config.training else 'eval'}() first or change config.training")
-        plan = json.loads(self._native.plan_json(json.dumps(_model_traits(model, optimizer))))
-        outcomes = []
+        if example_inputs is not None and not isinstance(example_inputs, tuple):
+            example_inputs = (example_inputs,)
+        plan = json.loads(self._native.plan_json(json.dumps(_model_traits(model, optimizer, example_inputs))))
+        validating = any(step["name"] == "validate" and step["apply"] for step in plan)
+        reference = _Reference(model, example_inputs) if validating else None
+        outcomes, failure = [], None
         for step in plan:
             detail = step["reason"]
             applied = step["apply"]
-            if applied:
+            if step["name"] == "validate" and applied:
+                detail, failure = reference.check(model, self.device, self.precision.precision)
+            elif applied:
                 model, optimizer, refused = self._execute(step, model, optimizer)
                 if refused:
                     applied, detail = False, refused
             outcomes.append(StepOutcome(step["name"], step["level"], "applied" if applied else "skipped", detail))
         self._report = OptimizationReport(self.backend.name, str(self.device), self.config.optimization_level,
                                           self.config.training, self.precision, tuple(outcomes))
+        if failure:
+            raise OptimizationValidationError(failure)
         return model if optimizer is None else (model, optimizer)
 
     def _autocast_dtype(self):
-        traits = {"torchscript": False, "has_convolutions": False, "has_linear": False, "optimizer": ""}
+        traits = {"torchscript": False, "has_convolutions": False, "has_linear": False, "optimizer": "",
+                  "has_example_inputs": False}
         for step in json.loads(self._native.plan_json(json.dumps(traits))):
             if step["name"] == "autocast" and step["apply"]:
                 return getattr(torch, step["argument"])

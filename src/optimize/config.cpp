@@ -101,6 +101,10 @@ const std::vector<FieldCodec>& codecs() {
       boolean_field({"deterministic", "boolean", "TORCHBRIDGE_DETERMINISTIC",
                      "deterministic algorithms only, and no timing-based kernel selection"},
                     &TorchBridgeConfig::deterministic),
+      boolean_field({"validation", "boolean", "TORCHBRIDGE_VALIDATION",
+                     "optimize() with example inputs checks the optimized outputs against the original model in "
+                     "float64 on the CPU"},
+                    &TorchBridgeConfig::validation),
   };
   return rows;
 }
@@ -142,6 +146,7 @@ TorchBridgeConfig TorchBridgeConfig::for_development() {
   config.optimization_level = OptLevel::O0;
   config.compile = false;
   config.deterministic = true;
+  config.validation = true;
   return config;
 }
 

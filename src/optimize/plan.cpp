@@ -35,6 +35,7 @@ class Planner {
                               : "deterministic is off in the configuration");
     plan_o1();
     plan_o2_o3();
+    plan_validate();
     return steps_;
   }
 
@@ -156,6 +157,21 @@ class Planner {
       add("int8_weights", OptLevel::O3, int8,
           int8 ? "Linear weights stored as int8 with a scale per output row (torch._weight_int8pack_mm)"
                : "the model has no Linear layer");
+    }
+  }
+
+  void plan_validate() {
+    if (!config_.validation) {
+      add("validate", OptLevel::O0, false, "validation is off in the configuration");
+    } else if (!model_.python) {
+      add("validate", OptLevel::O0, false,
+          "C++ modules have no forward a library can call; validate with torchbridge::validation::Validator");
+    } else if (!model_.has_example_inputs) {
+      add("validate", OptLevel::O0, false, "no example inputs were given to optimize()");
+    } else {
+      add("validate", OptLevel::O0, true,
+          std::string("outputs in eval mode against the original model in float64 on the CPU, within the ") +
+              name_of(precision_) + " output bound");
     }
   }
 

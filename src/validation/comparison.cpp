@@ -47,6 +47,13 @@ bool within(const Comparison& comparison, const Bound& tolerance) {
   return comparison.error_norm <= allowed && comparison.metrics.cosine_similarity >= tolerance.min_cosine;
 }
 
+OutputCheck check_output(const at::Tensor& result, const at::Tensor& reference, Precision precision) {
+  TORCH_CHECK_VALUE(result.sizes() == reference.sizes(), "result has shape ", result.sizes(),
+                    ", its reference has shape ", reference.sizes());
+  const Comparison comparison = compare(result, reference);
+  return {comparison.metrics, within(comparison, spec_of(precision).output)};
+}
+
 bool identical(const at::Tensor& a, const at::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
   const at::Tensor x = a.contiguous().cpu(), y = b.contiguous().cpu();

@@ -42,6 +42,7 @@ TEST(Config, PresetsSayWhatTheyAreFor) {
   EXPECT_EQ(development.optimization_level, OptLevel::O0);
   EXPECT_EQ(development.precision, "fp32");
   EXPECT_TRUE(development.deterministic);
+  EXPECT_TRUE(development.validation);
   EXPECT_FALSE(development.compile);
 }
 
@@ -140,7 +141,7 @@ TEST(Config, EnvironmentVariablesOverrideTheirFields) {
 
 TEST(Config, TheSchemaListsEveryFieldWithItsVariable) {
   const std::string json = to_json_text(TorchBridgeConfig{});
-  ASSERT_EQ(config_schema().size(), 7u);
+  ASSERT_EQ(config_schema().size(), 8u);
   for (const auto& field : config_schema()) {
     EXPECT_NE(json.find(std::string("\"") + field.name + "\""), std::string::npos) << field.name;
     EXPECT_EQ(std::string(field.environment).rfind("TORCHBRIDGE_", 0), 0u) << field.name;

@@ -56,7 +56,7 @@ TEST(OptimizationPlan, ALevelHasNoStepOfAHigherOne) {
     }
   }
   const auto o0 = plan(at_level(OptLevel::O0), hopper(), {});
-  ASSERT_EQ(o0.size(), 2u);  // place, and deterministic (off)
+  ASSERT_EQ(o0.size(), 3u);  // place, deterministic (off), validate (off)
   EXPECT_TRUE(step(o0, "place").apply);
   EXPECT_FALSE(step(o0, "deterministic").apply);
 }

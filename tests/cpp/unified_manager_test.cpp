@@ -79,9 +79,10 @@ TEST(UnifiedManager, DevelopmentPresetIsDeterministicAndOnlyPlaces) {
   UnifiedManager manager(config);
   torch::nn::Linear model(4, 4);
   const OptimizationReport& report = manager.optimize(*model);
-  ASSERT_EQ(report.steps.size(), 2u);
+  ASSERT_EQ(report.steps.size(), 3u);  // place, deterministic, validate (C++: skipped)
   EXPECT_EQ(outcome(report, "place").outcome, "applied");
   EXPECT_EQ(outcome(report, "deterministic").outcome, "applied");
+  EXPECT_EQ(outcome(report, "validate").outcome, "skipped");
   EXPECT_TRUE(at::globalContext().deterministicAlgorithms());
   at::globalContext().setDeterministicAlgorithms(was, false);
   EXPECT_NE(to_json_text(report).find("\"outcome\":\"applied\""), std::string::npos);

@@ -11,6 +11,7 @@ import torch
 
 import torchbridge
 from torchbridge import TorchBridgeConfig, UnifiedManager, _C
+from torchbridge.optimize import OptimizationValidationError
 from torchbridge._int8_linear import Int8WeightOnlyLinear
 from torchbridge.config import config_fields
 from torchbridge.precision import decide
@@ -110,7 +111,7 @@ def test_o0_only_places():
     manager = UnifiedManager(cpu_config(optimization_level="O0"))
     model = mlp()
     assert manager.optimize(model) is model
-    assert outcomes(manager) == {"place": "applied", "deterministic": "skipped"}
+    assert outcomes(manager) == {"place": "applied", "deterministic": "skipped", "validate": "skipped"}
 
 
 def test_o1_puts_convolutions_in_channels_last_without_changing_results():
@@ -277,3 +278,27 @@ def test_torchscript_inference_is_frozen_with_the_same_results():
     assert all(outcomes(manager)[s] == "skipped" for s in ("autocast", "low_precision_weights", "compile"))
     assert len(list(frozen.parameters())) == 0
     torch.testing.assert_close(frozen(x), expected)
+
+
+def test_validate_checks_the_optimized_outputs_against_the_original_in_float64():
+    model = mlp().eval()
+    manager = UnifiedManager(cpu_config(training=False, precision="bf16", optimization_level="O3", validation=True))
+    manager.optimize(model, example_inputs=torch.randn(4, 32))
+    step = next(s for s in manager.report().steps if s.name == "validate")
+    assert step.outcome == "applied" and "within the bf16 bound" in step.detail, step.detail
+    # Without inputs there is nothing to run: skipped, and said why.
+    UnifiedManager(cpu_config(validation=True, compile=False)).optimize(mlp())
+
+
+def test_validate_refuses_an_optimization_that_changes_the_answer():
+    # Activations of ~1e6 overflow float16 (max 65504): the fp16 model returns inf.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    with torch.no_grad():
+        model[0].weight.mul_(1e4)
+    manager = UnifiedManager(cpu_config(training=False, precision="fp16", optimization_level="O2", compile=False,
+                                        validation=True))
+    with pytest.raises(OptimizationValidationError, match="beyond the fp16 bound"):
+        manager.optimize(model, example_inputs=(torch.randn(2, 8) * 100,))
+    step = next(s for s in manager.report().steps if s.name == "validate")
+    assert "outside the fp16 bound" in step.detail

@@ -30,10 +30,13 @@ struct TorchBridgeConfig {
   bool compile = true;
   // torch.use_deterministic_algorithms(true), and no timing-based kernel choice (cuDNN benchmark).
   bool deterministic = false;
+  // optimize() given example inputs compares the optimized model's outputs with the original
+  // model's in float64 on the CPU, under the precision's output bound; outside it is an error.
+  bool validation = false;
 
   static TorchBridgeConfig for_training();     // auto precision, O2, compile
   static TorchBridgeConfig for_inference();    // auto precision, O3, compile, inference transforms
-  static TorchBridgeConfig for_development();  // fp32, O0, deterministic, nothing compiled
+  static TorchBridgeConfig for_development();  // fp32, O0, deterministic, validated, nothing compiled
 };
 
 // One row per field: its name in files and JSON, its type ("string", "integer", "boolean",

@@ -22,11 +22,13 @@ struct ModelTraits {
   bool has_convolutions = false;  // a 2-D convolution somewhere (channels-last pays off)
   bool has_linear = false;        // a Linear layer somewhere (FP8 and int8 weights apply to those)
   std::string optimizer;          // the optimizer's class name ("Adam", "AdamW", "SGD", ...), "" for none
+  bool has_example_inputs = false;  // optimize() was given inputs to validate with
 };
 
 struct PlannedStep {
   std::string name;   // place, deterministic, tf32, cudnn_benchmark, fused_optimizer, channels_last,
-                      // freeze_torchscript, autocast, low_precision_weights, int8_weights, compile, fp8
+                      // freeze_torchscript, autocast, low_precision_weights, int8_weights, compile, fp8,
+                      // validate (always last: it checks the result of the others)
   OptLevel level;     // the lowest level the step belongs to
   bool apply;
   std::string reason;  // what it does here, or why it does not apply

@@ -89,6 +89,15 @@ struct Metrics {
   double cosine_similarity = 1;
 };
 
+// One result against its reference (same shape; compared in float64) under `precision`'s output
+// bound: the rule every output check of the Validator applies, for callers that run the model
+// themselves (the Python UnifiedManager's validate step).
+struct OutputCheck {
+  Metrics metrics;
+  bool within = false;
+};
+OutputCheck check_output(const at::Tensor& result, const at::Tensor& reference, Precision precision);
+
 // What a check looked at (the header comment above says what each means). Reports name them
 // "run", "output", "gradient", "finite", "determinism", "round_trip", "memory".
 enum class CheckKind { kRun, kOutput, kGradient, kFinite, kDeterminism, kRoundTrip, kMemory };
