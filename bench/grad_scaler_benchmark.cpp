@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <torch/optim/sgd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
