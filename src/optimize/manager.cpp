@@ -105,6 +105,14 @@ std::optional<c10::ScalarType> UnifiedManager::autocast_dtype() const {
   return std::nullopt;
 }
 
+amp::AutocastScope UnifiedManager::autocast() const {
+  const std::optional<c10::ScalarType> dtype = autocast_dtype();
+  amp::AutocastOptions options;
+  options.enabled = dtype.has_value();
+  options.dtype = dtype;
+  return amp::AutocastScope(device().type(), options);
+}
+
 OptimizationReport UnifiedManager::start_report() const {
   OptimizationReport report;
   report.backend = backend_->name();
@@ -139,7 +147,7 @@ const OptimizationReport& UnifiedManager::optimize(torch::nn::Module& module, to
       });
     } else if (step.name == "autocast") {
       outcome.outcome = "caller";
-      outcome.detail += "; C++ modules have no forward to wrap: run forward inside the manager's autocast scope";
+      outcome.detail += "; C++ modules have no forward to wrap: run forward inside manager.autocast()";
     } else {
       TORCH_CHECK(false, "the optimization plan has a step '", step.name, "' the C++ executor does not know");
     }

@@ -79,6 +79,11 @@ class Planner {
       add("fused_optimizer", OptLevel::O1, false, "no optimizer was given");
     } else if (!model_.python) {
       add("fused_optimizer", OptLevel::O1, false, "LibTorch's optimizers have no fused implementation");
+    } else if (config_.training && precision_ == Precision::kFp16) {
+      // fp16 training scales the loss; torchbridge.amp.GradScaler drives unfused optimizers only
+      // (a fused step reads the scaler's tensors inside the kernel).
+      add("fused_optimizer", OptLevel::O1, false, "fp16 training needs a GradScaler, and torchbridge.amp.GradScaler "
+                                                  "steps unfused optimizers");
     } else if (std::find(kFused.begin(), kFused.end(), model_.optimizer) == kFused.end()) {
       add("fused_optimizer", OptLevel::O1, false, "torch has no fused " + model_.optimizer);
     } else {

@@ -47,6 +47,11 @@ TEST(UnifiedManager, TrainingAtO2KeepsFloat32MasterWeightsAndHandsAutocastToTheC
   EXPECT_EQ(outcome(report, "low_precision_weights").outcome, "skipped");
   EXPECT_EQ(outcome(report, "compile").outcome, "skipped");
   EXPECT_EQ(manager.autocast_dtype(), c10::ScalarType::BFloat16);
+  {
+    const auto scope = manager.autocast();
+    EXPECT_EQ(model->forward(at::randn({2, 8})).scalar_type(), c10::ScalarType::BFloat16);
+  }
+  EXPECT_EQ(model->forward(at::randn({2, 8})).scalar_type(), c10::ScalarType::Float);
   EXPECT_EQ(report.precision.precision, Precision::kBf16);
 }
 

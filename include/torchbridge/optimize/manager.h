@@ -3,8 +3,9 @@
 // decision, and models prepared for them. `optimize` carries out the optimization plan
 // (plan.h) on a LibTorch module and reports every step: applied, skipped and why, or left to the
 // caller (C++ modules have no forward pass a library can wrap, so autocast is entered by the
-// caller with the scope the manager hands out).
+// caller with the scope the manager hands out: `auto scope = manager.autocast();`).
 
+#include <torchbridge/amp/autocast_scope.h>
 #include <torchbridge/backend.h>
 #include <torchbridge/optimize/config.h>
 #include <torchbridge/optimize/plan.h>
@@ -59,6 +60,10 @@ class UnifiedManager {
   const PrecisionDecision& precision() const { return precision_; }
   // The dtype autocast should compute in, when the configured level and precision use autocast.
   std::optional<c10::ScalarType> autocast_dtype() const;
+  // The autocast the configured level and precision use, on this manager's device type, for the
+  // caller's forward pass (and loss); where they use none (fp32, O0/O1), a scope with autocast
+  // off, so the region computes in the configured precision either way.
+  amp::AutocastScope autocast() const;
 
   // The plan for a model with `traits` under this manager's configuration, device and precision
   // (what the Python package executes; optimize() executes it for LibTorch modules).
