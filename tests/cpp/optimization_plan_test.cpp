@@ -81,6 +81,12 @@ TEST(OptimizationPlan, FusedOptimizersOnlyWherePythonHasThem) {
   EXPECT_FALSE(step(plan(at_level(OptLevel::O1), hopper(), {.python = true, .optimizer = "RMSprop"}), "fused_optimizer").apply);
   EXPECT_FALSE(step(plan(at_level(OptLevel::O1), hopper(), {.optimizer = "AdamW"}), "fused_optimizer").apply);
   EXPECT_FALSE(step(plan(at_level(OptLevel::O1), hopper(), {.python = true}), "fused_optimizer").apply);
+  // fp16 training scales the loss with our GradScaler, which steps unfused optimizers only.
+  TorchBridgeConfig fp16 = at_level(OptLevel::O1);
+  fp16.precision = "fp16";
+  const PlannedStep fused = step(plan(fp16, hopper(), {.python = true, .optimizer = "AdamW"}), "fused_optimizer");
+  EXPECT_FALSE(fused.apply);
+  EXPECT_NE(fused.reason.find("GradScaler"), std::string::npos) << fused.reason;
 }
 
 TEST(OptimizationPlan, O2TrainingAutocastsAndKeepsMasterWeights) {
