@@ -12,8 +12,10 @@
 #include <ATen/Parallel.h>
 #include <torch/optim/sgd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 

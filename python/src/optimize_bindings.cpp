@@ -12,6 +12,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
+#include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>

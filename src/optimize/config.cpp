@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -118,7 +119,9 @@ std::string valid_keys() {
 TorchBridgeConfig from_json(const nlohmann::json& document, TorchBridgeConfig config, std::string_view source) {
   TORCH_CHECK_VALUE(document.is_object(), source, ": expected a JSON object of configuration fields, got ",
                     document.type_name());
-  for (const auto& [key, value] : document.items()) {
+  for (const auto& item : document.items()) {
+    const std::string& key = item.key();
+    const nlohmann::json& value = item.value();
     const auto codec = std::find_if(codecs().begin(), codecs().end(),
                                     [&](const FieldCodec& c) { return key == c.field.name; });
     TORCH_CHECK_VALUE(codec != codecs().end(), source, ": unknown key '", key, "'; the configuration has ",

@@ -20,6 +20,7 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>

@@ -7,8 +7,11 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/api/module.h>
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace torchbridge {
 

@@ -7,6 +7,8 @@
 
 #include <torch/nn/module.h>
 
+#include <string>
+
 namespace torchbridge {
 namespace {
 

@@ -2,6 +2,8 @@
 
 #include <ATen/Context.h>
 
+#include <string>
+
 namespace torchbridge::optimize_detail {
 
 bool apply_process_setting(const PlannedStep& step) {

@@ -10,6 +10,7 @@
 
 #include "error_message.h"
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 

@@ -16,6 +16,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/optim/sgd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <memory>

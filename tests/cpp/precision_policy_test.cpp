@@ -4,6 +4,8 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <optional>
 #include <string>
 
 namespace torchbridge {

@@ -13,7 +13,9 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace torchbridge {
 namespace {
