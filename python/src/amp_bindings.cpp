@@ -1,23 +1,14 @@
 // torchbridge._C amp: the C++ GradScaler behind torchbridge.amp.GradScaler.
 //
-// How tensors reach C++: this extension does not link libtorch_python (bindings.cpp), and DLPack
-// capsules carry CPU tensors only, so neither can hand C++ a gradient on emu or CUDA. Python passes
-// `tensor._cdata` instead, the address of the tensor's TensorImpl, and this file takes a new
-// reference to that same TensorImpl (intrusive_ptr::reclaim_copy): C++ sees the very tensor Python
-// holds, on any device, with no copy. It is sound because (1) the Python caller keeps every tensor
-// alive for the call, and C++ keeps its own reference for tensors it stores; (2) the C++ side only
-// mutates tensors in place (gradients unscaled, the scale and growth tracker updated), so nothing
-// C++ creates has to be wrapped back into a Python object — which is what would need
-// libtorch_python. The one result that is a new tensor, scale(outputs) = outputs * scale, must
-// carry autograd history into Python, so Python computes that product from the scale tensor it
-// shares with C++ (python/torchbridge/amp.py). Linking libtorch_python was rejected: it ties the
-// wheel to one torch build's Python ABI, which the rest of the extension avoids.
+// Tensors arrive as TensorImpl addresses (tensor_address.h says why and when that is safe). The
+// one result that is a new tensor, scale(outputs) = outputs * scale, must carry autograd history
+// into Python, so Python computes that product from the scale tensor it shares with C++
+// (python/torchbridge/amp.py).
 #include <torchbridge/amp/grad_scaler.h>
 
+#include "tensor_address.h"
+
 #include <ATen/core/Tensor.h>
-#include <c10/core/TensorImpl.h>
-#include <c10/core/UndefinedTensorImpl.h>
-#include <c10/util/intrusive_ptr.h>
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -37,14 +28,6 @@ namespace torchbridge::python {
 namespace {
 
 using amp::GradScaler;
-
-// The tensor whose TensorImpl lives at `address` (a Python tensor's _cdata), sharing it.
-at::Tensor tensor_at(uintptr_t address) {
-  TORCH_CHECK_VALUE(address != 0, "GradScaler: a null tensor address was passed");
-  auto impl = c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim_copy(
-      reinterpret_cast<c10::TensorImpl*>(address));
-  return at::Tensor(std::move(impl));
-}
 
 GradScaler::Gradients gradients_at(const std::vector<uintptr_t>& addresses) {
   return [addresses] {

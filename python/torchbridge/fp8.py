@@ -1,0 +1,208 @@
+"""FP8 training and inference for Linear layers: delayed per-tensor scaling, e4m3 forward and
+e5m2 gradients, the recipe of Transformer Engine and torchao's float8 training.
+
+``Fp8Linear`` computes with the same C++ code as ``torchbridge::amp::Fp8Linear``
+(include/torchbridge/amp/fp8.h): ``torch._scaled_mm`` on devices with FP8 matrix units (NVIDIA
+sm_89+, AMD MI300+), the same numerics emulated (dequantize, float32 matmul) everywhere else, so
+a model converted here trains the same on a CPU, on emu and on an H100 up to the matmul's
+summation order::
+
+    report = torchbridge.fp8.convert_to_fp8(model)
+    print(report.summary())
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+from . import _C
+
+__all__ = ["Fp8Linear", "Fp8ConversionReport", "convert_to_fp8", "matmul_kernel"]
+
+_E4M3 = torch.float8_e4m3fn
+_E5M2 = torch.float8_e5m2
+
+
+def matmul_kernel(device: "torch.device | str", kernel: str = "auto") -> str:
+    """What an FP8 matmul on ``device`` runs: ``"scaled_mm"`` or ``"emulated"``."""
+    return _C._fp8_resolve_kernel(kernel, str(torch.device(device)))
+
+
+# The C++ kernels write into tensors allocated here (tensor_address.h in the extension's sources
+# explains why). Every tensor whose _cdata is passed is held by a name of this frame for the call.
+def _quantize(values, fp8_format, amax_history, scale, margin):
+    data = torch.empty(values.shape, dtype=_E4M3 if fp8_format == "e4m3" else _E5M2, device=values.device)
+    scale_inverse = torch.empty((), dtype=torch.float32, device=values.device)
+    _C._fp8_quantize(data._cdata, values._cdata, amax_history._cdata, scale._cdata, scale_inverse._cdata,
+                     fp8_format, margin)
+    return data, scale_inverse
+
+
+def _matmul(a, a_scale_inverse, b, b_scale_inverse, out_dtype, kernel):
+    out = torch.empty((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
+    _C._fp8_matmul(out._cdata, a._cdata, a_scale_inverse._cdata, b._cdata, b_scale_inverse._cdata, kernel)
+    return out
+
+
+class _Fp8LinearFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, weight, bias, layer, out_dtype, kernel):
+        x, x_inverse = _quantize(input.reshape(-1, layer.in_features), "e4m3", layer.input_amax_history,
+                                 layer.input_scale, layer.margin)
+        w, w_inverse = _quantize(weight, "e4m3", layer.weight_amax_history, layer.weight_scale, layer.margin)
+        w_t = w.t()
+        output = _matmul(x, x_inverse, w_t, w_inverse, out_dtype, kernel)
+        if bias is not None:
+            output.add_(bias.to(out_dtype))
+        ctx.save_for_backward(x, x_inverse, w, w_inverse)
+        ctx.layer, ctx.kernel = layer, kernel
+        ctx.input_shape, ctx.input_dtype, ctx.weight_dtype = input.shape, input.dtype, weight.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return output.reshape(*input.shape[:-1], layer.out_features)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, x_inverse, w, w_inverse = ctx.saved_tensors
+        layer = ctx.layer
+        grad_2d = grad_output.reshape(-1, layer.out_features)
+        g, g_inverse = _quantize(grad_2d, "e5m2", layer.grad_output_amax_history, layer.grad_output_scale,
+                                 layer.margin)
+        grad_input = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_input = _matmul(g, g_inverse, w, w_inverse, ctx.input_dtype, ctx.kernel).reshape(ctx.input_shape)
+        if ctx.needs_input_grad[1]:
+            g_t = g.t()
+            grad_weight = _matmul(g_t, g_inverse, x, x_inverse, ctx.weight_dtype, ctx.kernel)
+        if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
+            grad_bias = grad_2d.float().sum(0).to(ctx.bias_dtype)
+        return grad_input, grad_weight, grad_bias, None, None, None
+
+
+class Fp8Linear(nn.Module):
+    """``nn.Linear`` computed in FP8: y = x W^T + b with x and W quantized e4m3, the output
+    gradient e5m2, each with its own delayed scaling (the largest amax over the last
+    ``amax_history_length`` steps, divided by 2^margin). Parameters keep their dtype (float32
+    master weights); the output has the input's dtype, or the autocast dtype inside
+    ``torch.autocast``. The scaling state is in buffers, so it moves with ``.to()`` and is part
+    of ``state_dict()``.
+
+    ``kernel``: ``"auto"`` (``torch._scaled_mm`` where the device has FP8 matrix units, the
+    emulation elsewhere), ``"scaled_mm"`` or ``"emulated"``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, amax_history_length: int = 16,
+                 margin: int = 0, kernel: str = "auto", device=None, dtype=None) -> None:
+        super().__init__()
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Fp8Linear: {name} must be a positive int, got {value!r}")
+        _C._fp8_check_options(amax_history_length, margin, kernel)
+        self.in_features, self.out_features = in_features, out_features
+        self.amax_history_length, self.margin, self.kernel = amax_history_length, margin, kernel
+        factory = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, **factory))
+        self.bias = nn.Parameter(torch.empty(out_features, **factory)) if bias else None
+        self._register_scaling_buffers(self.weight.device)
+        self.reset_parameters()
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, *, amax_history_length: int = 16, margin: int = 0,
+                    kernel: str = "auto") -> "Fp8Linear":
+        """An Fp8Linear that takes over ``linear``'s parameters (the same Parameter objects, so an
+        optimizer built over them keeps updating the model)."""
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        _C._fp8_check_options(amax_history_length, margin, kernel)
+        layer.in_features, layer.out_features = linear.in_features, linear.out_features
+        layer.amax_history_length, layer.margin, layer.kernel = amax_history_length, margin, kernel
+        layer.weight = linear.weight
+        layer.bias = linear.bias
+        layer._register_scaling_buffers(linear.weight.device)
+        layer.train(linear.training)
+        return layer
+
+    def _register_scaling_buffers(self, device) -> None:
+        for operand in ("input", "weight", "grad_output"):
+            self.register_buffer(f"{operand}_amax_history",
+                                 torch.zeros(self.amax_history_length, dtype=torch.float32, device=device))
+            self.register_buffer(f"{operand}_scale", torch.ones((), dtype=torch.float32, device=device))
+
+    def reset_parameters(self) -> None:
+        # nn.Linear's initialisation, so swapping one for the other changes no statistics.
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features)
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if input.dim() < 1 or input.shape[-1] != self.in_features:
+            raise ValueError(f"Fp8Linear: the input's last dimension must be in_features = {self.in_features}, "
+                             f"got input of shape {tuple(input.shape)}")
+        if input.device != self.weight.device:
+            raise ValueError(f"Fp8Linear: the input is on {input.device} but the layer is on {self.weight.device}; "
+                             "move one of them")
+        device_type = input.device.type
+        out_dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else input.dtype
+        kernel = matmul_kernel(input.device, self.kernel)
+        return _Fp8LinearFunction.apply(input, self.weight, self.bias, self, out_dtype, kernel)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"amax_history_length={self.amax_history_length}, margin={self.margin}, kernel={self.kernel!r}")
+
+
+@dataclass(frozen=True)
+class Fp8ConversionReport:
+    """What ``convert_to_fp8`` did: ``converted`` holds (name, in_features, out_features),
+    ``skipped`` holds (name, reason)."""
+
+    converted: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+
+    def summary(self) -> str:
+        lines = [f"fp8 conversion: {len(self.converted)} Linear layer(s) converted, {len(self.skipped)} skipped"]
+        lines += [f"  converted {name} ({fan_in} -> {fan_out})" for name, fan_in, fan_out in self.converted]
+        lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped]
+        return "\n".join(lines)
+
+
+def _skip_reason(parent: nn.Module, child: nn.Linear) -> Optional[str]:
+    if isinstance(parent, nn.MultiheadAttention):
+        return ("nn.MultiheadAttention reads its out_proj weight directly and never calls the layer, "
+                "so converting it would change nothing")
+    if type(child) is not nn.Linear:
+        return f"{type(child).__name__} subclasses nn.Linear and may compute differently; convert it yourself"
+    if child.in_features % 16 or child.out_features % 16:
+        return (f"in_features {child.in_features} and out_features {child.out_features} must both be "
+                "multiples of 16 for the FP8 matmul")
+    return None
+
+
+def convert_to_fp8(model: nn.Module, *, amax_history_length: int = 16, margin: int = 0, kernel: str = "auto",
+                   module_filter_fn: Optional[Callable[[nn.Module, str], bool]] = None) -> Fp8ConversionReport:
+    """Replaces, in place, every ``nn.Linear`` of ``model`` whose in/out features are multiples of
+    16 by an ``Fp8Linear`` sharing its parameters, and reports what it converted and what it left
+    and why. ``module_filter_fn(module, qualified_name)`` returning False keeps a layer as it is
+    (torchao's convention). ``model`` itself is never replaced: pass its parent to convert a bare
+    Linear."""
+    _C._fp8_check_options(amax_history_length, margin, kernel)
+    report = Fp8ConversionReport()
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            if not isinstance(child, nn.Linear):
+                continue
+            name = f"{parent_name}.{child_name}" if parent_name else child_name
+            reason = _skip_reason(parent, child)
+            if reason is None and module_filter_fn is not None and not module_filter_fn(child, name):
+                reason = "excluded by module_filter_fn"
+            if reason is not None:
+                report.skipped.append((name, reason))
+                continue
+            setattr(parent, child_name, Fp8Linear.from_linear(child, amax_history_length=amax_history_length,
+                                                              margin=margin, kernel=kernel))
+            report.converted.append((name, child.in_features, child.out_features))
+    return report

@@ -1,0 +1,166 @@
+"""torchbridge.fp8 (Fp8Linear, convert_to_fp8) on the CPU and emu. References: the FP8 recipe
+written out here with plain torch ops, torch's own CPU _scaled_mm kernel for the emulated matmul,
+nn.Linear, and BF16 training of the built-in transformer (bench/fp8_accuracy.py)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import torchbridge
+from torchbridge.fp8 import Fp8Linear, convert_to_fp8, matmul_kernel
+
+torchbridge.devices.load("emu")
+
+ROOT = Path(__file__).resolve().parents[2]
+DEVICES = ["cpu", "emu"]
+
+
+def fake_quantize(x, fp8_dtype):
+    """The recipe's first step with plain torch ops: just-in-time scale, saturating cast, dequantize."""
+    max_value = torch.finfo(fp8_dtype).max
+    scale = torch.tensor(max_value, dtype=torch.float32, device=x.device) / x.detach().float().abs().amax()
+    return (x.float() * scale).clamp(-max_value, max_value).to(fp8_dtype).float() * scale.reciprocal()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_and_backward_follow_the_recipe(device):
+    torch.manual_seed(0)
+    layer = Fp8Linear(32, 48, device=device)
+    x = torch.randn(2, 5, 32, device=device, requires_grad=True)
+    grad = torch.randn(2, 5, 48, device=device)
+    y = layer(x)
+    y.backward(grad)
+
+    w = layer.weight.detach()
+    xq, wq = fake_quantize(x.detach(), torch.float8_e4m3fn), fake_quantize(w, torch.float8_e4m3fn)
+    gq = fake_quantize(grad, torch.float8_e5m2)
+    torch.testing.assert_close(y, xq @ wq.t() + layer.bias.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x.grad, gq @ wq, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(layer.weight.grad, gq.reshape(-1, 48).t() @ xq.reshape(-1, 32), rtol=1e-5, atol=1e-5)
+    assert torch.equal(layer.bias.grad, grad.sum((0, 1)))
+    # A Linear up to e4m3's rounding (3 mantissa bits).
+    exact = torch.nn.functional.linear(x.detach(), w, layer.bias.detach())
+    assert ((y.detach() - exact).abs().max() / exact.abs().max()).item() < 0.1
+    # Delayed scaling recorded this step's amaxes, on the layer's device.
+    assert layer.input_amax_history.device.type == device
+    assert layer.input_amax_history[0].item() == x.detach().abs().max().item()
+    assert layer.grad_output_amax_history[0].item() == grad.abs().max().item()
+
+
+def test_emulation_equals_torchs_scaled_mm_kernel():
+    torch.manual_seed(1)
+    results = {}
+    for kernel in ("emulated", "scaled_mm"):
+        torch.manual_seed(1)
+        layer = Fp8Linear(40, 24, kernel=kernel)  # K = 40 exercises the padding to 16 for _scaled_mm
+        x = torch.randn(7, 40, requires_grad=True)
+        for _ in range(3):  # past the first step, so delayed scales are used
+            y = layer(x)
+            y.backward(torch.randn(7, 24, generator=torch.Generator().manual_seed(2)))
+        results[kernel] = (y.detach(), x.grad.clone(), layer.weight.grad.clone())
+    for emulated, kernel in zip(results["emulated"], results["scaled_mm"]):
+        assert torch.equal(emulated, kernel)
+
+
+def test_emu_gives_the_cpus_numbers_bit_for_bit():
+    torch.manual_seed(3)
+    cpu_layer = Fp8Linear(16, 32)
+    emu_layer = Fp8Linear(16, 32)
+    emu_layer.load_state_dict(cpu_layer.state_dict())
+    emu_layer.to("emu")
+    for step in range(3):
+        x, grad = torch.randn(8, 16), torch.randn(8, 32)
+        xc, xe = x.clone().requires_grad_(), x.to("emu").requires_grad_()
+        yc, ye = cpu_layer(xc), emu_layer(xe)
+        yc.backward(grad)
+        ye.backward(grad.to("emu"))
+        assert torch.equal(ye.cpu(), yc), step
+        assert torch.equal(xe.grad.cpu(), xc.grad), step
+        assert torch.equal(emu_layer.weight.grad.cpu(), cpu_layer.weight.grad), step
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_autocast_sets_the_output_dtype_and_gradients_keep_the_parameters(device):
+    layer = Fp8Linear(16, 16, device=device)
+    x = torch.randn(4, 16, device=device, requires_grad=True)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        y = layer(x)
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert layer.weight.grad.dtype == torch.float32 and x.grad.dtype == torch.float32
+
+
+def test_scaling_state_is_saved_and_restored_with_the_module():
+    layer = Fp8Linear(16, 16, amax_history_length=4, margin=1)
+    layer(torch.randn(3, 16) * 5)
+    state = layer.state_dict()
+    assert set(state) == {"weight", "bias", "input_amax_history", "input_scale", "weight_amax_history",
+                          "weight_scale", "grad_output_amax_history", "grad_output_scale"}
+    assert state["input_amax_history"].shape == (4,)
+    restored = Fp8Linear(16, 16, amax_history_length=4, margin=1)
+    restored.load_state_dict(state)
+    x = torch.randn(3, 16)
+    assert torch.equal(restored(x), layer(x))
+
+
+def test_convert_to_fp8_reports_converted_and_skipped_layers():
+    class WithAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = nn.MultiheadAttention(32, 4)
+            self.odd = nn.Linear(32, 10)
+            self.body = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 32))
+            self.head = nn.Linear(32, 16)
+
+    model = WithAttention()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    report = convert_to_fp8(model, module_filter_fn=lambda module, name: name != "head")
+    assert report.converted == [("body.0", 32, 64), ("body.2", 64, 32)]
+    reasons = dict(report.skipped)
+    assert "never calls the layer" in reasons["attention.out_proj"]
+    assert reasons["odd"] == "in_features 32 and out_features 10 must both be multiples of 16 for the FP8 matmul"
+    assert reasons["head"] == "excluded by module_filter_fn"
+    assert isinstance(model.body[0], Fp8Linear) and type(model.head) is nn.Linear
+    assert "converted body.0 (32 -> 64)" in report.summary()
+    # The parameters are the same objects, so the optimizer built before still trains the model.
+    before = model.body[0].weight.detach().clone()
+    model.body(torch.randn(4, 32)).sum().backward()
+    optimizer.step()
+    assert not torch.equal(model.body[0].weight, before)
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="amax_history_length must be at least 1, got 0"):
+        Fp8Linear(16, 16, amax_history_length=0)
+    with pytest.raises(ValueError, match="margin must be between 0 and 64"):
+        Fp8Linear(16, 16, margin=-1)
+    with pytest.raises(ValueError, match="unknown fp8 matmul kernel 'fast'"):
+        convert_to_fp8(nn.Sequential(nn.Linear(16, 16)), kernel="fast")
+    with pytest.raises(ValueError, match="in_features must be a positive int, got 0"):
+        Fp8Linear(0, 16)
+    with pytest.raises(ValueError, match=r"last dimension must be in_features = 16, got input of shape \(2, 8\)"):
+        Fp8Linear(16, 16)(torch.randn(2, 8))
+    with pytest.raises(ValueError, match="the input is on emu:0 but the layer is on cpu"):
+        Fp8Linear(16, 16)(torch.randn(2, 16, device="emu"))
+
+
+def test_auto_kernel_is_the_emulation_where_there_are_no_fp8_units():
+    assert matmul_kernel("cpu") == "emulated"
+    assert matmul_kernel("emu:0") == "emulated"
+    assert matmul_kernel("cpu", "scaled_mm") == "scaled_mm"
+
+
+def test_fp8_training_of_the_builtin_transformer_stays_close_to_bf16():
+    """bench/fp8_accuracy.py with fewer steps: its tolerance is the documented one."""
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "fp8_accuracy.py"), "--steps", "120", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["converted_layers"] == 6
+    assert result["fp8_final_loss"] < 0.1 * result["initial_loss"]  # it learned
+    assert result["relative_gap"] <= result["tolerance"] == 0.15
