@@ -24,6 +24,7 @@ from torch.utils.dlpack import to_dlpack
 
 from . import _C
 from ._int8_linear import quantize_linear_weights
+from .fp8 import convert_to_fp8
 from .config import TorchBridgeConfig
 from .precision import PrecisionDecision
 
@@ -237,9 +238,11 @@ class UnifiedManager:
             if step["name"] == "validate" and applied:
                 detail, failure = reference.check(model, self.device, self.precision.precision)
             elif applied:
-                model, optimizer, refused = self._execute(step, model, optimizer)
+                model, optimizer, refused, note = self._execute(step, model, optimizer)
                 if refused:
                     applied, detail = False, refused
+                elif note:
+                    detail = note
             outcomes.append(StepOutcome(step["name"], step["level"], "applied" if applied else "skipped", detail))
         self._report = OptimizationReport(self.backend.name, str(self.device), self.config.optimization_level,
                                           self.config.training, self.precision, tuple(outcomes))
@@ -256,7 +259,8 @@ class UnifiedManager:
         return None
 
     def _execute(self, step: dict, model, optimizer):
-        """Carries out one applying step; returns (model, optimizer, refusal or None)."""
+        """Carries out one applying step; returns (model, optimizer, refusal or None, what it did when
+        the plan's reason does not say it, or None)."""
         name, argument = step["name"], step["argument"]
         if name == "place":
             model = model.to(self.device)
@@ -272,7 +276,7 @@ class UnifiedManager:
             try:
                 optimizer = _fused_optimizer(optimizer)
             except (RuntimeError, ValueError, TypeError) as error:
-                return model, optimizer, f"torch refused fused {type(optimizer).__name__} here: {error}"
+                return model, optimizer, f"torch refused fused {type(optimizer).__name__} here: {error}", None
         elif name == "channels_last":
             model = model.to(memory_format=torch.channels_last)
         elif name == "freeze_torchscript":
@@ -289,9 +293,14 @@ class UnifiedManager:
         elif name == "int8_weights":
             replaced = quantize_linear_weights(model, torch.bfloat16)
             if not replaced:
-                return model, optimizer, "no nn.Linear to quantize (subclasses of Linear are left alone)"
+                return model, optimizer, "no nn.Linear to quantize (subclasses of Linear are left alone)", None
         elif name == "fp8":
-            return model, optimizer, "the FP8 layers are not part of this build yet"
+            converted = convert_to_fp8(model)
+            skipped = "; ".join(f"{layer}: {reason}" for layer, reason in converted.skipped)
+            if not converted.converted:
+                return model, optimizer, f"no Linear layer could be converted ({skipped})", None
+            note = f"{len(converted.converted)} Linear layer(s) converted"
+            return model, optimizer, None, note + (f"; {len(converted.skipped)} skipped ({skipped})" if skipped else "")
         else:
             raise RuntimeError(f"the optimization plan has a step {name!r} the Python executor does not know")
-        return model, optimizer, None
+        return model, optimizer, None, None

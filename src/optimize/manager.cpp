@@ -2,6 +2,7 @@
 
 #include "optimize/process_settings.h"
 
+#include <torchbridge/amp/fp8_conversion.h>
 #include <torchbridge/json_text.h>
 #include <torchbridge/precision.h>
 #include <torchbridge/registry.h>
@@ -62,6 +63,16 @@ void transform_tensors(torch::nn::Module& module, Transform transform) {
   for (auto& buffer : module.buffers()) {
     if (auto replacement = transform(buffer)) buffer.set_data(*replacement);
   }
+}
+
+// "3 Linear layer(s) converted; 1 skipped (head: ...)", or why none could be.
+std::string fp8_outcome(const amp::Fp8ConversionReport& report) {
+  std::string skipped;
+  for (const auto& layer : report.skipped) skipped += (skipped.empty() ? "" : "; ") + layer.name + ": " + layer.reason;
+  if (report.converted.empty()) return "no Linear layer could be converted (" + skipped + ")";
+  std::string text = std::to_string(report.converted.size()) + " Linear layer(s) converted";
+  if (!skipped.empty()) text += "; " + std::to_string(report.skipped.size()) + " skipped (" + skipped + ")";
+  return text;
 }
 
 c10::ScalarType dtype_named(const std::string& name) {
@@ -146,6 +157,10 @@ const OptimizationReport& UnifiedManager::optimize(torch::nn::Module& module, to
         if (!t.is_floating_point()) return std::nullopt;  // integer buffers (counters) keep their dtype
         return t.to(dtype);
       });
+    } else if (step.name == "fp8") {
+      const amp::Fp8ConversionReport converted = amp::convert_to_fp8(module);
+      if (converted.converted.empty()) outcome.outcome = "skipped";
+      outcome.detail = fp8_outcome(converted);
     } else if (step.name == "autocast") {
       outcome.outcome = "caller";
       outcome.detail += "; C++ modules have no forward to wrap: run forward inside manager.autocast()";

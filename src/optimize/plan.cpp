@@ -118,15 +118,25 @@ class Planner {
           "inference: floating-point parameters and buffers cast to " + autocast_dtype(precision_) + " (half the memory)",
           autocast_dtype(precision_));
     }
-    plan_compile(int8);
-    if (precision_ == Precision::kFp8) {
-      add("fp8", OptLevel::O3, model_.has_linear,
-          model_.has_linear ? "eligible Linear layers (dimensions divisible by 16) compute in FP8"
-                            : "the model has no Linear layer");
-    } else {
-      add("fp8", OptLevel::O3, false, std::string("precision is ") + name_of(precision_) + ", not fp8");
-    }
+    plan_fp8();
+    plan_compile(int8);  // after the layer swaps, so the compiled forward calls the new layers
     plan_int8(int8);
+  }
+
+  // After low_precision_weights: the FP8 layers' scaling state is created float32 and stays so.
+  void plan_fp8() {
+    if (precision_ != Precision::kFp8) {
+      add("fp8", OptLevel::O3, false, std::string("precision is ") + name_of(precision_) + ", not fp8");
+    } else if (model_.torchscript) {
+      add("fp8", OptLevel::O3, false,
+          "TorchScript modules cannot have their Linear layers swapped; build the model with amp::Fp8Linear");
+    } else if (!model_.has_linear) {
+      add("fp8", OptLevel::O3, false, "the model has no Linear layer");
+    } else {
+      add("fp8", OptLevel::O3, true,
+          "Linear layers with dimensions divisible by 16 become FP8 layers (e4m3 forward, e5m2 gradients, delayed "
+          "scaling); autocast runs the rest");
+    }
   }
 
   void plan_compile(bool int8) {

@@ -193,6 +193,18 @@ def test_o3_inference_on_the_cpu_stores_linear_weights_in_int8():
     assert error < 0.03, error
 
 
+def test_the_fp8_step_converts_the_linear_layers_it_can_and_says_which():
+    # The fp8 step only appears in plans for devices with FP8 units (precision fp8 is refused on
+    # this CPU), so the executor's step is driven directly; the plan itself is tested in C++.
+    from torchbridge.fp8 import Fp8Linear
+    manager = UnifiedManager(cpu_config())
+    model, _, refused, note = manager._execute({"name": "fp8", "argument": ""}, mlp(), None)
+    assert refused is None and isinstance(model[0], Fp8Linear) and type(model[2]) is torch.nn.Linear
+    assert note.startswith("1 Linear layer(s) converted; 1 skipped (2: in_features 64 and out_features 8")
+    _, _, refused, _ = manager._execute({"name": "fp8", "argument": ""}, torch.nn.Sequential(torch.nn.Linear(3, 5)), None)
+    assert refused.startswith("no Linear layer could be converted (0: in_features 3")
+
+
 def test_int8_linear_is_the_dequantized_matmul():
     torch.manual_seed(1)
     linear = torch.nn.Linear(64, 48)
