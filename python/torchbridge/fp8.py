@@ -3,7 +3,7 @@ e5m2 gradients, the recipe of Transformer Engine and torchao's float8 training.
 
 ``Fp8Linear`` computes with the same C++ code as ``torchbridge::amp::Fp8Linear``
 (include/torchbridge/amp/fp8.h): ``torch._scaled_mm`` on devices with FP8 matrix units (NVIDIA
-sm_89+, AMD MI300+), the same numerics emulated (dequantize, float32 matmul) everywhere else, so
+sm_89+; AMD MI300 takes other FP8 formats and emulates), the same numerics emulated (dequantize, float32 matmul) everywhere else, so
 a model converted here trains the same on a CPU, on emu and on an H100 up to the matmul's
 summation order::
 

@@ -7,9 +7,9 @@
 // over its last N quantizations, not from the tensor itself, so computing it needs no pass over
 // the data before the cast and no host synchronisation. Everything stays on the device.
 //
-// Where the device has FP8 matrix units (DeviceInfo::features.fp8: NVIDIA sm_89+, AMD MI300+) the
-// matmul is torch._scaled_mm; everywhere else it is emulated with the same numerics (dequantize,
-// then a float32 matmul), so the FP8 code path is tested on every machine.
+// Where the device has FP8 matrix units for these formats (NVIDIA sm_89+) the matmul is
+// torch._scaled_mm; everywhere else it is emulated with the same numerics (dequantize, then a
+// float32 matmul), so the FP8 code path is tested on every machine.
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -73,8 +73,9 @@ enum class Fp8MatmulKernel {
 const char* to_string(Fp8MatmulKernel kernel);  // "auto", "scaled_mm", "emulated"
 // The names above; anything else raises c10::ValueError listing them.
 Fp8MatmulKernel parse_fp8_matmul_kernel(std::string_view name);
-// What kAuto resolves to on `device`: kScaledMm when its DeviceInfo reports FP8 matrix units.
-// Asked of the backend layer once per device and cached.
+// What kAuto resolves to on `device`: kScaledMm when its DeviceInfo reports FP8 matrix units
+// (NVIDIA sm_89+). AMD MI300's units take the fnuz FP8 formats rather than the OCP ones quantized
+// to here, so ROCm devices emulate. Asked of the backend layer once per device and cached.
 Fp8MatmulKernel resolve_fp8_matmul_kernel(Fp8MatmulKernel kernel, c10::Device device);
 
 // a @ b for float8 a [M, K] and b [K, N] (any strides, any mix of e4m3/e5m2 except e5m2 x e5m2,
