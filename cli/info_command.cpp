@@ -5,6 +5,8 @@
 #include "text_format.h"
 
 #include <torchbridge/json_text.h>
+#include <torchbridge/optimize/config.h>
+#include <torchbridge/optimize/hardware_config.h>
 #include <torchbridge/precision.h>
 #include <torchbridge/precision_policy.h>
 #include <torchbridge/registry.h>
@@ -14,24 +16,28 @@
 #include <torch/version.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace torchbridge::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: torchbridge info [--json] [--backend NAME]
+constexpr const char* kHelp = R"(usage: torchbridge info [--json] [--backend NAME] [--config FILE]
 
 Lists every backend TorchBridge knows, whether it is available here and why not, and for each
 device its description (DeviceInfo), memory statistics (MemoryStats), how it runs each precision
 (native, emulated in software, unavailable) and the precision "auto" chooses there, with the reason.
 
   --backend NAME   only this backend (a name or alias, e.g. cuda, nvidia, rocm, cpu)
+  --config FILE    a TorchBridgeConfig file (.json/.toml): what its hardware.* settings do on each
+                   device. Without it, TORCHBRIDGE_HARDWARE_* variables are shown the same way.
   --json           machine-readable output (schema: docs/cli-json.md)
 )";
 
@@ -39,10 +45,12 @@ struct DeviceReport {
   std::optional<DeviceInfo> info;
   std::optional<MemoryStats> memory;
   std::optional<PrecisionDecision> precision;  // what "auto" chooses here, and why
+  std::vector<HardwareNote> hardware;          // the configuration's hardware.* settings set here
+  std::string hardware_error;                  // a setting this device refuses
   std::string error;
 };
 
-DeviceReport describe_device(Backend& backend, int index) {
+DeviceReport describe_device(Backend& backend, int index, const HardwareConfig& hardware) {
   DeviceReport report;
   try {
     report.info = backend.info(index);
@@ -50,17 +58,33 @@ DeviceReport describe_device(Backend& backend, int index) {
     report.precision = decide_precision(*report.info, "auto");
   } catch (const std::exception& e) {
     report.error = first_line(e.what());
+    return report;
+  }
+  try {
+    report.hardware = hardware_notes(hardware, *report.info);
+  } catch (const std::exception& e) {
+    report.hardware_error = first_line(e.what());
   }
   return report;
 }
 
-nlohmann::json backend_json(const BackendEntry& entry) {
+nlohmann::json hardware_json(const DeviceReport& report) {
+  if (!report.hardware_error.empty()) return {{"refused", report.hardware_error}};
+  nlohmann::json notes = nlohmann::json::array();
+  for (const auto& note : report.hardware) {
+    notes.push_back({{"field", note.field}, {"applies", note.applies}, {"detail", note.detail}});
+  }
+  return notes;
+}
+
+nlohmann::json backend_json(const BackendEntry& entry, const HardwareConfig& hardware) {
   Backend& backend = *entry.backend;
   const Availability availability = backend.availability();
   nlohmann::json devices = nlohmann::json::array();
   for (int i = 0; i < backend.device_count(); ++i) {
-    const DeviceReport report = describe_device(backend, i);
+    const DeviceReport report = describe_device(backend, i, hardware);
     devices.push_back({{"index", i},
+                       {"hardware_settings", hardware_json(report)},
                        {"info", report.info ? nlohmann::json::parse(to_json_text(*report.info)) : nlohmann::json(nullptr)},
                        {"memory", report.memory ? nlohmann::json::parse(to_json_text(*report.memory)) : nlohmann::json(nullptr)},
                        {"precision", report.precision ? nlohmann::json::parse(to_json_text(
@@ -126,12 +150,17 @@ void print_device(const std::string& backend_name, int index, const DeviceReport
             << (m.allocation_count ? std::to_string(*m.allocation_count) : "-") << ", OOMs "
             << (m.out_of_memory_count ? std::to_string(*m.out_of_memory_count) : "-") << "\n"
             << "  stats source   " << m.source << "\n";
+  if (!report.hardware_error.empty()) std::cout << "  hardware cfg   refused: " << report.hardware_error << "\n";
+  for (const auto& note : report.hardware) {
+    std::cout << "  hardware cfg   " << note.field << (note.applies ? " applies: " : " does not apply: ") << note.detail
+              << "\n";
+  }
 }
 
 }  // namespace
 
 int run_info(const std::vector<std::string>& args) {
-  const ParsedArguments parsed = parse_arguments("info", args, {{"--json"}, {"--backend"}});
+  const ParsedArguments parsed = parse_arguments("info", args, {{"--json"}, {"--backend", "--config"}});
   if (parsed.has("--help")) {
     std::cout << kHelp;
     return 0;
@@ -147,6 +176,15 @@ int run_info(const std::vector<std::string>& args) {
     selected = registry.entries();
   }
 
+  const std::string* config_file = parsed.option("--config");
+  // Only the TORCHBRIDGE_HARDWARE_* variables: the others (TORCHBRIDGE_BACKEND, ...) are what
+  // info reports on, not settings to check.
+  const auto hardware_variables = [](const char* name) -> const char* {
+    return std::string_view(name).starts_with("TORCHBRIDGE_HARDWARE_") ? std::getenv(name) : nullptr;
+  };
+  const HardwareConfig hardware =
+      (config_file ? load_config(*config_file) : with_environment(TorchBridgeConfig{}, hardware_variables)).hardware;
+
   std::optional<std::string> best;
   std::string best_error;
   try {
@@ -157,7 +195,7 @@ int run_info(const std::vector<std::string>& args) {
 
   if (parsed.has("--json")) {
     nlohmann::json backends = nlohmann::json::array();
-    for (const auto& entry : selected) backends.push_back(backend_json(entry));
+    for (const auto& entry : selected) backends.push_back(backend_json(entry, hardware));
     const nlohmann::json out = {
         {"schema_version", 1},
         {"torchbridge_version", library_version()},
@@ -179,7 +217,7 @@ int run_info(const std::vector<std::string>& args) {
   }
   for (const auto& entry : selected) {
     for (int i = 0; i < entry.backend->device_count(); ++i) {
-      print_device(entry.name, i, describe_device(*entry.backend, i));
+      print_device(entry.name, i, describe_device(*entry.backend, i, hardware));
     }
   }
   return 0;

@@ -14,12 +14,13 @@ import json
 import os
 
 from . import _C
+from .core.config import HardwareConfig, StrictFields
 
 __all__ = ["TorchBridgeConfig", "config_fields"]
 
 
 @dataclasses.dataclass
-class TorchBridgeConfig:
+class TorchBridgeConfig(StrictFields):
     """Backend, precision and optimization level for UnifiedManager (docs/optimization.md).
 
     backend: a backend name or alias (cuda, nvidia, rocm, cpu, emu, ...) or "auto".
@@ -35,6 +36,12 @@ class TorchBridgeConfig:
     validation: optimize() given example inputs compares the optimized model's outputs with the
         original model's in float64 on the CPU, under the precision's output bound; outside it
         raises.
+    hardware: vendor sections, ``hardware.nvidia`` / ``.amd`` / ``.intel`` / ``.tpu``
+        (torchbridge.core.config): each field works on its vendor's hardware or is refused, and is
+        reported in ``manager.report()`` where it cannot do anything.
+
+    Setting a field that does not exist (``config.precison = ...``) raises naming the closest one;
+    a value of the wrong type raises naming the field and its type.
     """
 
     backend: str = "auto"
@@ -45,6 +52,7 @@ class TorchBridgeConfig:
     compile: bool = True
     deterministic: bool = False
     validation: bool = False
+    hardware: HardwareConfig = dataclasses.field(default_factory=HardwareConfig)
 
     @classmethod
     def for_training(cls) -> "TorchBridgeConfig":
@@ -71,15 +79,11 @@ class TorchBridgeConfig:
 
     @classmethod
     def from_dict(cls, values: dict, base: "TorchBridgeConfig | None" = None) -> "TorchBridgeConfig":
-        """Like from_file, for a dict (e.g. part of a larger configuration)."""
+        """Like from_file, for a dict (e.g. part of a larger configuration); sections may be nested
+        dicts ({"hardware": {"nvidia": {...}}}) or dotted keys ("hardware.nvidia.fp8_enabled")."""
         if not isinstance(values, dict):
             raise TypeError(f"from_dict needs a dict of configuration fields, got {type(values).__name__}")
-        merged = json.loads((cls() if base is None else base).to_json())
-        unknown = sorted(set(values) - set(merged))
-        if unknown:
-            raise ValueError(f"unknown configuration key(s) {', '.join(map(repr, unknown))}; "
-                             f"the configuration has {', '.join(merged)}")
-        merged.update(values)
+        merged = _merged(json.loads((cls() if base is None else base).to_json()), values)
         return cls._from_json(_C.config_check(json.dumps(merged), "dict"))
 
     def with_environment(self) -> "TorchBridgeConfig":
@@ -92,15 +96,24 @@ class TorchBridgeConfig:
         _C.config_check(self.to_json(), "TorchBridgeConfig")
         return self
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
 
     @classmethod
     def _from_json(cls, text: str) -> "TorchBridgeConfig":
-        return cls(**json.loads(text))
+        return cls._from_plain(json.loads(text))
+
+
+def _merged(base: dict, overrides: dict) -> dict:
+    """`base` with `overrides` laid over it, section by section (unknown keys are kept, for the
+    C++ reader to refuse by name)."""
+    result = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = _merged(result[key], value)
+        else:
+            result[key] = value
+    return result
 
 
 def config_fields() -> "list[dict]":

@@ -25,6 +25,7 @@ from torch.utils.dlpack import to_dlpack
 from . import _C
 from ._int8_linear import quantize_linear_weights
 from .fp8 import convert_to_fp8
+from ._hardware_steps import hardware_step as _hardware_step
 from .config import TorchBridgeConfig
 from .precision import PrecisionDecision
 
@@ -294,6 +295,8 @@ class UnifiedManager:
             replaced = quantize_linear_weights(model, torch.bfloat16)
             if not replaced:
                 return model, optimizer, "no nn.Linear to quantize (subclasses of Linear are left alone)", None
+        elif name.startswith("hardware."):
+            return _hardware_step(name, argument, model, optimizer, self.device)
         elif name == "fp8":
             converted = convert_to_fp8(model)
             skipped = "; ".join(f"{layer}: {reason}" for layer, reason in converted.skipped)

@@ -19,6 +19,8 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <cstddef>
+#include <exception>
 #include <vector>
 
 namespace torchbridge {
@@ -51,21 +53,67 @@ nlohmann::json text_as_boolean(const std::string& text, const std::string& where
   TORCH_CHECK_VALUE(false, where, ": expected 1/0, true/false, yes/no or on/off, got '", text, "'");
 }
 
-FieldCodec boolean_field(ConfigField field, bool TorchBridgeConfig::*member) {
+// Where a field lives in the config; the same accessor serves reading and writing.
+template <typename T>
+using FieldOf = T& (*)(TorchBridgeConfig&);
+
+template <typename T>
+const T& field_value(FieldOf<T> member, const TorchBridgeConfig& config) {
+  return member(const_cast<TorchBridgeConfig&>(config));  // only read
+}
+
+FieldCodec boolean_field(ConfigField field, FieldOf<bool> member) {
   return {field,
           [member](TorchBridgeConfig& c, const nlohmann::json& v, const std::string& where) {
             if (!v.is_boolean()) wrong_type(where, "true or false", v);
-            c.*member = v.get<bool>();
+            member(c) = v.get<bool>();
           },
-          [member](const TorchBridgeConfig& c) { return nlohmann::json(c.*member); }, text_as_boolean};
+          [member](const TorchBridgeConfig& c) { return nlohmann::json(field_value(member, c)); }, text_as_boolean};
+}
+
+FieldCodec string_field(ConfigField field, FieldOf<std::string> member) {
+  return {field,
+          [member](TorchBridgeConfig& c, const nlohmann::json& v, const std::string& where) {
+            member(c) = read_string(v, where);
+          },
+          [member](const TorchBridgeConfig& c) { return nlohmann::json(field_value(member, c)); }, text_as_is};
+}
+
+FieldCodec number_field(ConfigField field, FieldOf<double> member) {
+  return {field,
+          [member](TorchBridgeConfig& c, const nlohmann::json& v, const std::string& where) {
+            if (!v.is_number()) wrong_type(where, "a number", v);
+            member(c) = v.get<double>();
+          },
+          [member](const TorchBridgeConfig& c) { return nlohmann::json(field_value(member, c)); },
+          [](const std::string& text, const std::string& where) {
+            try {
+              std::size_t used = 0;
+              const double value = std::stod(text, &used);
+              if (used == text.size()) return nlohmann::json(value);
+            } catch (const std::exception&) {
+            }
+            TORCH_CHECK_VALUE(false, where, ": expected a number, got '", text, "'");
+          }};
+}
+
+FieldCodec integer_field(ConfigField field, FieldOf<int64_t> member) {
+  return {field,
+          [member](TorchBridgeConfig& c, const nlohmann::json& v, const std::string& where) {
+            if (!v.is_number_integer()) wrong_type(where, "an integer", v);
+            member(c) = v.get<int64_t>();
+          },
+          [member](const TorchBridgeConfig& c) { return nlohmann::json(field_value(member, c)); },
+          [](const std::string& text, const std::string& where) {
+            return nlohmann::json(parse_integer(text, where, INT64_MIN, INT64_MAX));
+          }};
 }
 
 const std::vector<FieldCodec>& codecs() {
   static const std::vector<FieldCodec> rows = {
-      {{"backend", "string", "TORCHBRIDGE_BACKEND",
-        "backend name or alias (cuda, nvidia, rocm, cpu, emu, ...), or \"auto\" for the best one here"},
-       [](TorchBridgeConfig& c, const nlohmann::json& v, const std::string& where) { c.backend = read_string(v, where); },
-       [](const TorchBridgeConfig& c) { return nlohmann::json(c.backend); }, text_as_is},
+      string_field({"backend", "string", "TORCHBRIDGE_BACKEND",
+                    "backend name or alias (cuda, nvidia, rocm, cpu, emu, ...), or \"auto\" for the best one here"},
+                   [](TorchBridgeConfig& c) -> std::string& { return c.backend; }),
       {{"device_index", "integer", "TORCHBRIDGE_DEVICE_INDEX", "which device of the backend (0-based)"},
        [](TorchBridgeConfig& c, const nlohmann::json& v, const std::string& where) {
          if (!v.is_number_integer()) wrong_type(where, "an integer", v);
@@ -77,10 +125,9 @@ const std::vector<FieldCodec>& codecs() {
        [](const std::string& text, const std::string& where) {
          return nlohmann::json(parse_integer(text, where, 0, 1 << 20));
        }},
-      {{"precision", "string", "TORCHBRIDGE_PRECISION",
-        "\"auto\" (the fastest precision the hardware accelerates) or fp64, fp32, tf32, bf16, fp16, fp8"},
-       [](TorchBridgeConfig& c, const nlohmann::json& v, const std::string& where) { c.precision = read_string(v, where); },
-       [](const TorchBridgeConfig& c) { return nlohmann::json(c.precision); }, text_as_is},
+      string_field({"precision", "string", "TORCHBRIDGE_PRECISION",
+                    "\"auto\" (the fastest precision the hardware accelerates) or fp64, fp32, tf32, bf16, fp16, fp8"},
+                   [](TorchBridgeConfig& c) -> std::string& { return c.precision; }),
       {{"optimization_level", "level", "TORCHBRIDGE_OPTIMIZATION_LEVEL",
         "O0 place only, O1 precision-neutral rewrites, O2 + mixed precision and compilation, O3 + FP8 and "
         "inference transforms"},
@@ -95,17 +142,57 @@ const std::vector<FieldCodec>& codecs() {
        [](const TorchBridgeConfig& c) { return nlohmann::json(to_string(c.optimization_level)); }, text_as_is},
       boolean_field({"training", "boolean", "TORCHBRIDGE_TRAINING",
                      "true keeps fp32 master weights under autocast; false allows casting and quantizing weights"},
-                    &TorchBridgeConfig::training),
+                    [](TorchBridgeConfig& c) -> bool& { return c.training; }),
       boolean_field({"compile", "boolean", "TORCHBRIDGE_COMPILE",
                      "O2 and up compile the model where the front end can (Python: torch.compile)"},
-                    &TorchBridgeConfig::compile),
+                    [](TorchBridgeConfig& c) -> bool& { return c.compile; }),
       boolean_field({"deterministic", "boolean", "TORCHBRIDGE_DETERMINISTIC",
                      "deterministic algorithms only, and no timing-based kernel selection"},
-                    &TorchBridgeConfig::deterministic),
+                    [](TorchBridgeConfig& c) -> bool& { return c.deterministic; }),
       boolean_field({"validation", "boolean", "TORCHBRIDGE_VALIDATION",
                      "optimize() with example inputs checks the optimized outputs against the original model in "
                      "float64 on the CPU"},
-                    &TorchBridgeConfig::validation),
+                    [](TorchBridgeConfig& c) -> bool& { return c.validation; }),
+      // Vendor sections (hardware_config.h says what each does and where it applies).
+      boolean_field({"hardware.nvidia.fp8_enabled", "boolean", "TORCHBRIDGE_HARDWARE_NVIDIA_FP8_ENABLED",
+                     "NVIDIA sm_89+: O3 makes eligible Linear layers FP8 layers, whatever the precision"},
+                    [](TorchBridgeConfig& c) -> bool& { return c.hardware.nvidia.fp8_enabled; }),
+      string_field({"hardware.nvidia.flash_attention_version", "string",
+                    "TORCHBRIDGE_HARDWARE_NVIDIA_FLASH_ATTENTION_VERSION",
+                    "\"auto\", \"2\" (torch's FlashAttention-2) or \"3\" (FlashAttention-3, sm_90) for "
+                    "scaled_dot_product_attention"},
+                   [](TorchBridgeConfig& c) -> std::string& { return c.hardware.nvidia.flash_attention_version; }),
+      boolean_field({"hardware.nvidia.enable_oom_protection", "boolean",
+                     "TORCHBRIDGE_HARDWARE_NVIDIA_ENABLE_OOM_PROTECTION",
+                     "a forward that runs out of GPU memory frees cached blocks and is retried once (Python)"},
+                    [](TorchBridgeConfig& c) -> bool& { return c.hardware.nvidia.enable_oom_protection; }),
+      string_field({"hardware.amd.architecture", "string", "TORCHBRIDGE_HARDWARE_AMD_ARCHITECTURE",
+                    "\"auto\" or CDNA1-4 / RDNA2-4: checked against the GPU's gfx target"},
+                   [](TorchBridgeConfig& c) -> std::string& { return c.hardware.amd.architecture; }),
+      boolean_field({"hardware.amd.enable_matrix_cores", "boolean", "TORCHBRIDGE_HARDWARE_AMD_ENABLE_MATRIX_CORES",
+                     "false: no reduced precision on the matrix cores (auto precision becomes fp32)"},
+                    [](TorchBridgeConfig& c) -> bool& { return c.hardware.amd.enable_matrix_cores; }),
+      number_field({"hardware.amd.memory_pool_size_gb", "number", "TORCHBRIDGE_HARDWARE_AMD_MEMORY_POOL_SIZE_GB",
+                    "> 0: cap the caching allocator at this many GB (0: no cap)"},
+                   [](TorchBridgeConfig& c) -> double& { return c.hardware.amd.memory_pool_size_gb; }),
+      boolean_field({"hardware.intel.enable_ipex", "boolean", "TORCHBRIDGE_HARDWARE_INTEL_ENABLE_IPEX",
+                     "run intel_extension_for_pytorch.optimize() on the model (Python; must be installed)"},
+                    [](TorchBridgeConfig& c) -> bool& { return c.hardware.intel.enable_ipex; }),
+      boolean_field({"hardware.intel.enable_onednn", "boolean", "TORCHBRIDGE_HARDWARE_INTEL_ENABLE_ONEDNN",
+                     "false: torch's oneDNN (mkldnn) CPU kernels off"},
+                    [](TorchBridgeConfig& c) -> bool& { return c.hardware.intel.enable_onednn; }),
+      boolean_field({"hardware.intel.enable_amx", "boolean", "TORCHBRIDGE_HARDWARE_INTEL_ENABLE_AMX",
+                     "false is refused on CPUs with AMX (set ONEDNN_MAX_CPU_ISA before the process starts)"},
+                    [](TorchBridgeConfig& c) -> bool& { return c.hardware.intel.enable_amx; }),
+      string_field({"hardware.tpu.precision", "string", "TORCHBRIDGE_HARDWARE_TPU_PRECISION",
+                    "\"bfloat16\" or \"float32\" on TPUs"},
+                   [](TorchBridgeConfig& c) -> std::string& { return c.hardware.tpu.precision; }),
+      boolean_field({"hardware.tpu.enable_xla_cache", "boolean", "TORCHBRIDGE_HARDWARE_TPU_ENABLE_XLA_CACHE",
+                     "torch_xla's persistent compilation cache on TPUs"},
+                    [](TorchBridgeConfig& c) -> bool& { return c.hardware.tpu.enable_xla_cache; }),
+      integer_field({"hardware.tpu.cache_max_size", "integer", "TORCHBRIDGE_HARDWARE_TPU_CACHE_MAX_SIZE",
+                     "entries in the XLA cache (torch_xla has no limit to set: only the default is accepted on TPUs)"},
+                    [](TorchBridgeConfig& c) -> int64_t& { return c.hardware.tpu.cache_max_size; }),
   };
   return rows;
 }
@@ -116,20 +203,80 @@ std::string valid_keys() {
   return keys;
 }
 
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "; did you mean 'hardware.nvidia.fp8_enabled'?" for a near miss, otherwise "".
+std::string suggestion_for(const std::string& key) {
+  const FieldCodec* best = nullptr;
+  std::size_t best_distance = 0;
+  for (const auto& codec : codecs()) {
+    const std::size_t distance = edit_distance(key, codec.field.name);
+    if (best == nullptr || distance < best_distance) best = &codec, best_distance = distance;
+  }
+  if (best == nullptr || best_distance > std::max<std::size_t>(2, key.size() / 4)) return "";
+  return std::string("; did you mean '") + best->field.name + "'?";
+}
+
+// True when `key` names a section ("hardware", "hardware.nvidia") rather than a field.
+bool is_section(const std::string& key) {
+  const std::string prefix = key + ".";
+  return std::any_of(codecs().begin(), codecs().end(),
+                     [&](const FieldCodec& c) { return std::string_view(c.field.name).starts_with(prefix); });
+}
+
+// The document's fields as dotted keys: sections may be nested objects or dotted keys.
+void flatten(const nlohmann::json& object, const std::string& prefix,
+             std::vector<std::pair<std::string, const nlohmann::json*>>& fields) {
+  for (const auto& item : object.items()) {
+    const std::string key = prefix.empty() ? item.key() : prefix + "." + item.key();
+    if (item.value().is_object() && is_section(key)) {
+      flatten(item.value(), key, fields);
+    } else {
+      fields.emplace_back(key, &item.value());
+    }
+  }
+}
+
 TorchBridgeConfig from_json(const nlohmann::json& document, TorchBridgeConfig config, std::string_view source) {
   TORCH_CHECK_VALUE(document.is_object(), source, ": expected a JSON object of configuration fields, got ",
                     document.type_name());
-  for (const auto& item : document.items()) {
-    const std::string& key = item.key();
-    const nlohmann::json& value = item.value();
+  std::vector<std::pair<std::string, const nlohmann::json*>> fields;
+  flatten(document, "", fields);
+  for (const auto& field : fields) {
+    const std::string& key = field.first;
+    const nlohmann::json* value = field.second;
     const auto codec = std::find_if(codecs().begin(), codecs().end(),
                                     [&](const FieldCodec& c) { return key == c.field.name; });
-    TORCH_CHECK_VALUE(codec != codecs().end(), source, ": unknown key '", key, "'; the configuration has ",
-                      valid_keys());
-    codec->read(config, value, std::string(source) + ": '" + key + "'");
+    if (codec == codecs().end()) {
+      const std::string suggestion = suggestion_for(key);
+      TORCH_CHECK_VALUE(false, source, ": unknown key '", key, "'",
+                        suggestion.empty() ? "; the configuration has " : suggestion + " The configuration has ",
+                        valid_keys());
+    }
+    codec->read(config, *value, std::string(source) + ": '" + key + "'");
   }
   validate(config);
   return config;
+}
+
+// "hardware.nvidia.fp8_enabled" -> the JSON pointer /hardware/nvidia/fp8_enabled.
+nlohmann::json::json_pointer pointer_to(std::string_view dotted) {
+  std::string path = "/";
+  for (const char c : dotted) path += c == '.' ? '/' : c;
+  return nlohmann::json::json_pointer(path);
 }
 
 }  // namespace
@@ -173,6 +320,7 @@ void validate(const TorchBridgeConfig& config) {
     }
   }
   TORCH_CHECK_VALUE(config.device_index >= 0, "device_index: expected >= 0, got ", config.device_index);
+  validate(config.hardware);
   if (config.precision != "auto") {
     try {
       parse_precision(config.precision);
@@ -194,7 +342,7 @@ TorchBridgeConfig config_from_json_text(std::string_view json, const TorchBridge
 
 std::string to_json_text(const TorchBridgeConfig& config, int indent) {
   nlohmann::json document = nlohmann::json::object();
-  for (const auto& codec : codecs()) document[codec.field.name] = codec.write(config);
+  for (const auto& codec : codecs()) document[pointer_to(codec.field.name)] = codec.write(config);
   return document.dump(indent);
 }
 

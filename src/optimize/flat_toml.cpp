@@ -28,6 +28,16 @@ bool is_bare_key(std::string_view key) {
   return true;
 }
 
+// Bare keys joined by dots ("hardware.nvidia"), as TOML's dotted keys and table names are.
+bool is_dotted_key(std::string_view key) {
+  while (true) {
+    const size_t dot = key.find('.');
+    if (!is_bare_key(key.substr(0, dot))) return false;
+    if (dot == std::string_view::npos) return true;
+    key.remove_prefix(dot + 1);
+  }
+}
+
 class LineReader {
  public:
   LineReader(std::string_view source, size_t line) : source_(source), line_(line) {}
@@ -106,6 +116,7 @@ class LineReader {
 
 nlohmann::json parse_flat_toml(std::string_view text, std::string_view source) {
   nlohmann::json document = nlohmann::json::object();
+  std::string table;  // the current [table]'s name; "" before the first
   size_t line_number = 0;
   while (!text.empty()) {
     ++line_number;
@@ -114,11 +125,23 @@ nlohmann::json parse_flat_toml(std::string_view text, std::string_view source) {
     text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
     if (line.empty() || line[0] == '#') continue;
     const LineReader reader(source, line_number);
-    if (line[0] == '[') reader.fail("tables are not supported; every configuration key is top-level");
+    if (line[0] == '[') {
+      // A table header names the prefix of the keys after it: [hardware.nvidia].
+      const size_t close = line.find(']');
+      if (line.starts_with("[[") || close == std::string_view::npos || !trim(line.substr(close + 1)).empty() ||
+          !is_dotted_key(trim(line.substr(1, close - 1)))) {
+        reader.fail("expected a table header such as [hardware.nvidia] (arrays of tables are not supported)");
+      }
+      table = std::string(trim(line.substr(1, close - 1)));
+      continue;
+    }
     const size_t equals = line.find('=');
     if (equals == std::string_view::npos) reader.fail("expected 'key = value'");
-    const std::string key(trim(line.substr(0, equals)));
-    if (!is_bare_key(key)) reader.fail("'" + key + "' is not a bare key (letters, digits, '_' and '-')");
+    const std::string name(trim(line.substr(0, equals)));
+    if (!is_dotted_key(name)) reader.fail("'" + name + "' is not a bare or dotted key (letters, digits, '_', '-', '.')");
+    // The result is flat: "hardware.nvidia.fp8_enabled" keys, which the configuration reads as
+    // it reads nested objects.
+    const std::string key = table.empty() ? name : table + "." + name;
     if (document.contains(key)) reader.fail("key '" + key + "' appears twice");
     document[key] = reader.read_value(trim(line.substr(equals + 1)));
   }

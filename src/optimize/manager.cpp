@@ -101,7 +101,20 @@ UnifiedManager::UnifiedManager(TorchBridgeConfig config) : config_(std::move(con
   const BackendRegistry& registry = BackendRegistry::instance();
   backend_ = registry.create(config_.backend == "auto" ? registry.detect_best_backend() : config_.backend);
   device_info_ = backend_->info(config_.device_index);  // checks the index against the device count
-  precision_ = decide_precision(device_info_, config_.precision);
+  hardware_notes(config_.hardware, device_info_);        // refuses what the device cannot do, now
+  const bool matrix_cores_off = !config_.hardware.amd.enable_matrix_cores && device_info_.backend == "rocm";
+  if (!matrix_cores_off) {
+    precision_ = decide_precision(device_info_, config_.precision);
+    return;
+  }
+  TORCH_CHECK_VALUE(config_.precision == "auto" || config_.precision == "fp32" || config_.precision == "fp64",
+                    "precision '", config_.precision, "' runs on the matrix cores, which hardware.amd.enable_matrix_cores "
+                    "= false turns off; use fp32 or auto");
+  precision_ = decide_precision(device_info_, config_.precision == "auto" ? "fp32" : config_.precision);
+  if (config_.precision == "auto") {
+    precision_.requested = "auto";
+    precision_.reason = "hardware.amd.enable_matrix_cores is false: " + precision_.reason;
+  }
 }
 
 c10::Device UnifiedManager::device() const { return backend_->device(config_.device_index); }
@@ -161,6 +174,11 @@ const OptimizationReport& UnifiedManager::optimize(torch::nn::Module& module, to
       const amp::Fp8ConversionReport converted = amp::convert_to_fp8(module);
       if (converted.converted.empty()) outcome.outcome = "skipped";
       outcome.detail = fp8_outcome(converted);
+    } else if (step.name.starts_with("hardware.")) {
+      if (const auto elsewhere = optimize_detail::hardware_step_outside_cpp(step)) {
+        outcome.outcome = "skipped";
+        outcome.detail += "; " + *elsewhere;
+      }
     } else if (step.name == "autocast") {
       outcome.outcome = "caller";
       outcome.detail += "; C++ modules have no forward to wrap: run forward inside manager.autocast()";

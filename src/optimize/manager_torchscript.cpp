@@ -41,6 +41,11 @@ torch::jit::Module UnifiedManager::optimize(const torch::jit::Module& module) {
     } else if (step.name == "channels_last") {
       outcome.outcome = "skipped";
       outcome.detail = "TorchScript: convolution weights keep their layout (optimize_for_inference chooses it when frozen)";
+    } else if (step.name.starts_with("hardware.")) {
+      if (const auto elsewhere = optimize_detail::hardware_step_outside_cpp(step)) {
+        outcome.outcome = "skipped";
+        outcome.detail += "; " + *elsewhere;
+      }
     } else {
       TORCH_CHECK(false, "the optimization plan has a step '", step.name, "' the TorchScript executor does not know");
     }

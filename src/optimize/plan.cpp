@@ -1,5 +1,6 @@
 #include <torchbridge/optimize/plan.h>
 
+#include <torchbridge/optimize/hardware_config.h>
 #include <torchbridge/precision.h>
 
 #include <algorithm>
@@ -34,6 +35,16 @@ class Planner {
     add("deterministic", OptLevel::O0, config_.deterministic,
         config_.deterministic ? "deterministic algorithms only (torch raises for an operator without one)"
                               : "deterministic is off in the configuration");
+    // Vendor settings apply at every level; each one set away from its default says what it does here.
+    for (HardwareNote& note : hardware_notes(config_.hardware, device_)) {
+      std::string argument;  // what the executors need beyond the name
+      if (note.field == "hardware.nvidia.flash_attention_version") {
+        argument = config_.hardware.nvidia.flash_attention_version;
+      } else if (note.field == "hardware.amd.memory_pool_size_gb") {
+        argument = std::to_string(config_.hardware.amd.memory_pool_size_gb);
+      }
+      add(note.field, OptLevel::O0, note.applies, std::move(note.detail), std::move(argument));
+    }
     plan_o1();
     plan_o2_o3();
     plan_validate();
@@ -41,9 +52,9 @@ class Planner {
   }
 
  private:
-  void add(const char* name, OptLevel level, bool apply, std::string reason, std::string argument = "") {
+  void add(std::string name, OptLevel level, bool apply, std::string reason, std::string argument = "") {
     if (level > config_.optimization_level) return;
-    steps_.push_back({name, level, apply, std::move(reason), apply ? std::move(argument) : ""});
+    steps_.push_back({std::move(name), level, apply, std::move(reason), apply ? std::move(argument) : ""});
   }
 
   void plan_o1() {
@@ -125,8 +136,11 @@ class Planner {
 
   // After low_precision_weights: the FP8 layers' scaling state is created float32 and stays so.
   void plan_fp8() {
-    if (precision_ != Precision::kFp8) {
-      add("fp8", OptLevel::O3, false, std::string("precision is ") + name_of(precision_) + ", not fp8");
+    const bool asked_by_hardware_section =
+        config_.hardware.nvidia.fp8_enabled && device_.backend == "cuda" && device_.features.fp8;
+    if (precision_ != Precision::kFp8 && !asked_by_hardware_section) {
+      add("fp8", OptLevel::O3, false,
+          std::string("precision is ") + name_of(precision_) + ", not fp8, and hardware.nvidia.fp8_enabled is off");
     } else if (model_.torchscript) {
       add("fp8", OptLevel::O3, false,
           "TorchScript modules cannot have their Linear layers swapped; build the model with amp::Fp8Linear");

@@ -67,12 +67,6 @@ SKIPPED = [
      "needs a TPU and torch_xla (this machine and CI have neither)", _has_torch_xla),
 ]
 
-# Blocks that use the vendor configuration API (the vendor configs of torchbridge.core.config and
-# the per-vendor `config.hardware` sections, issue 19) must be listed in SKIPPED with that reason
-# until it exists; this keeps them from being dropped silently.
-NOT_YET_BUILT = ("torchbridge.core.config", "config.hardware.")
-
-
 def python_blocks():
     """(document path relative to the root, first line number, code) of every ```python block."""
     blocks = []
@@ -98,14 +92,6 @@ def test_every_skip_entry_names_exactly_one_block():
     for document, marker, _, _ in SKIPPED:
         hits = [line for doc, line, code in BLOCKS if doc == document and marker in code]
         assert len(hits) == 1, f"SKIPPED entry ({document!r}, {marker!r}) matches blocks at lines {hits}; expected one"
-
-
-def test_blocks_of_unbuilt_apis_are_listed():
-    for document, line, code in BLOCKS:
-        used = [name for name in NOT_YET_BUILT if name in code]
-        if used:
-            listed = [reason for doc, marker, reason, _ in SKIPPED if doc == document and marker in code]
-            assert listed, f"{document}:{line} uses {used}, which does not exist yet: list it in SKIPPED"
 
 
 def test_the_documents_have_examples():

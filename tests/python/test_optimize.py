@@ -36,7 +36,14 @@ def outcomes(manager):
 # ---- configuration --------------------------------------------------------------------------
 
 def test_the_dataclass_and_the_cpp_schema_have_the_same_fields_and_defaults():
-    assert [f.name for f in dataclasses.fields(TorchBridgeConfig)] == [f["name"] for f in config_fields()]
+    def names(cls, prefix=""):
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(f.type):
+                yield from names(f.type, f"{prefix}{f.name}.")
+            else:
+                yield prefix + f.name
+    assert list(names(TorchBridgeConfig)) == [f["name"] for f in config_fields()]
+    assert len(config_fields()) == 20
     assert TorchBridgeConfig().to_dict() == json.loads(_C.config_preset("default"))
     for field in config_fields():
         assert field["environment"].startswith("TORCHBRIDGE_") and field["description"]
@@ -71,7 +78,7 @@ def test_files_and_the_environment_override_fields(tmp_path, monkeypatch):
     ('precision = "fp12"\n', "unknown precision 'fp12'"),
     ('optimization_level = "O4"\n', "'O4'"),
     ('training = "yes"\n', "expected true or false"),
-    ('[hardware]\n', "line 1: tables are not supported"),
+    ('[[hardware]]\n', "line 1: expected a table header"),
     ('backend = "nvidai"\n', "nvidai"),
 ])
 def test_bad_files_name_the_key_and_what_was_expected(tmp_path, text, message):
@@ -82,8 +89,10 @@ def test_bad_files_name_the_key_and_what_was_expected(tmp_path, text, message):
 
 
 def test_bad_values_are_refused_before_anything_runs(monkeypatch):
-    with pytest.raises(ValueError, match="unknown configuration key"):
+    with pytest.raises(ValueError, match="dict: unknown key 'levle'; the configuration has backend"):
         TorchBridgeConfig.from_dict({"levle": "O1"})
+    with pytest.raises(ValueError, match="dict: unknown key 'precison'; did you mean 'precision'"):
+        TorchBridgeConfig.from_dict({"precison": "bf16"})
     with pytest.raises(ValueError, match="unknown precision 'float8'"):
         UnifiedManager(cpu_config(precision="float8"))
     with pytest.raises(ValueError, match="precision 'fp8' cannot run on cpu:0.*supports: fp64, fp32"):

@@ -5,6 +5,7 @@
 // reads and validates through this code, so both front ends accept exactly the same documents.
 
 #include <torchbridge/backend.h>
+#include <torchbridge/optimize/hardware_config.h>
 
 #include <functional>
 #include <string>
@@ -33,14 +34,19 @@ struct TorchBridgeConfig {
   // optimize() given example inputs compares the optimized model's outputs with the original
   // model's in float64 on the CPU, under the precision's output bound; outside it is an error.
   bool validation = false;
+  // Vendor sections: hardware.nvidia, hardware.amd, hardware.intel, hardware.tpu
+  // (hardware_config.h). In files: nested objects ({"hardware": {"nvidia": {...}}}), TOML tables
+  // ([hardware.nvidia]) or dotted keys; in the environment: TORCHBRIDGE_HARDWARE_NVIDIA_FP8_ENABLED, ...
+  HardwareConfig hardware;
 
   static TorchBridgeConfig for_training();     // auto precision, O2, compile
   static TorchBridgeConfig for_inference();    // auto precision, O3, compile, inference transforms
   static TorchBridgeConfig for_development();  // fp32, O0, deterministic, validated, nothing compiled
 };
 
-// One row per field: its name in files and JSON, its type ("string", "integer", "boolean",
-// "level"), the environment variable that overrides it, and what it does.
+// One row per field: its name in files and JSON (dotted for the vendor sections:
+// "hardware.nvidia.fp8_enabled"), its type ("string", "integer", "number", "boolean", "level"), the
+// environment variable that overrides it, and what it does.
 struct ConfigField {
   const char* name;
   const char* type;
@@ -53,8 +59,9 @@ const std::vector<ConfigField>& config_schema();
 // backends (asked of the registry without loading anything), negative device indices.
 void validate(const TorchBridgeConfig& config);
 
-// Reading is strict: unknown keys, wrong types and invalid values raise c10::ValueError naming
-// `source`, the key and what was expected. Keys absent from the document keep `base`'s values.
+// Reading is strict: unknown keys (with the closest valid one suggested), wrong types and invalid
+// values raise c10::ValueError naming `source`, the key and what was expected. Keys absent from the
+// document keep `base`'s values.
 TorchBridgeConfig config_from_json_text(std::string_view json, const TorchBridgeConfig& base = {},
                                         std::string_view source = "configuration");
 std::string to_json_text(const TorchBridgeConfig& config, int indent = -1);

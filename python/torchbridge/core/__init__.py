@@ -1,0 +1,1 @@
+"""Configuration objects shared by the package (``torchbridge.core.config``)."""
