@@ -191,4 +191,17 @@ const OptimizationReport& UnifiedManager::optimize(torch::nn::Module& module, to
   return report_;
 }
 
+CompiledModel UnifiedManager::load_compiled(const std::string& package_path) {
+  TORCH_CHECK_VALUE(config_.optimization_level >= OptLevel::O2, "load_compiled: compilation is an O2 step, and the "
+                    "configuration's optimization_level is ", to_string(config_.optimization_level));
+  CompiledModel model(package_path, device());
+  OptimizationReport report = start_report();
+  report.steps.push_back({"compile", OptLevel::O2, "applied",
+                          "AOTInductor package " + package_path + " loaded for " + device().str() + " (" +
+                              std::to_string(model.input_count()) +
+                              " input tensor(s)); its precision and layouts were fixed when it was compiled"});
+  report_ = std::move(report);
+  return model;
+}
+
 }  // namespace torchbridge

@@ -157,7 +157,7 @@ class Planner {
     if (!config_.compile) {
       add("compile", OptLevel::O2, false, "compile is off in the configuration");
     } else if (!model_.python) {
-      add("compile", OptLevel::O2, false, "C++ has no compiler for torch::nn modules; export an AOTInductor package instead");
+      add("compile", OptLevel::O2, false, "C++ has no compiler for torch::nn modules; load an AOTInductor package with UnifiedManager::load_compiled");
     } else if (model_.torchscript) {
       add("compile", OptLevel::O2, false, "TorchScript modules are compiled by TorchScript");
     } else if (int8 && config_.optimization_level >= OptLevel::O3) {

@@ -7,6 +7,7 @@
 
 #include <torchbridge/amp/autocast_scope.h>
 #include <torchbridge/backend.h>
+#include <torchbridge/optimize/compiled_model.h>
 #include <torchbridge/optimize/config.h>
 #include <torchbridge/optimize/plan.h>
 #include <torchbridge/precision_policy.h>
@@ -75,8 +76,12 @@ class UnifiedManager {
   // TorchScript: frozen and optimized for inference at O1+ when not training; returns the module
   // to use from now on (freezing makes a new one).
   torch::jit::Module optimize(const torch::jit::Module& module);
+  // O2's compilation for C++: an AOTInductor package (compiled_model.h) loaded for this manager's
+  // device. Raises c10::ValueError below O2 (compilation is an O2 step) and for a package compiled
+  // for another device type. The report says what was loaded.
+  CompiledModel load_compiled(const std::string& package_path);
 
-  // The report of the last optimize() call (empty steps before the first).
+  // The report of the last optimize() or load_compiled() call (empty steps before the first).
   const OptimizationReport& report() const { return report_; }
 
  private:
