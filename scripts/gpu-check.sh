@@ -151,6 +151,11 @@ step bench-training-step "$WORK/build/bin/training_step_benchmark" --backend "$B
 step bench-validation "$WORK/build/bin/validation_benchmark" --backends "$BEST"
 gpu_step bench-checkpoint-load "$WORK/venv/bin/python" "$ROOT/bench/checkpoint_benchmark.py" --size-mib 1024 \
   --repeats 3 --device cuda --device-load "$WORK/build/bin/checkpoint_device_load"
+# Issue 14's GPU figures: FP8 Linear vs bf16 at 8192 (goal >= 1.3x, through torch._scaled_mm),
+# FP8-vs-BF16 training accuracy on the built-in transformer, O2 bf16 vs fp32 (goal >= 2x).
+gpu_step bench-fp8 "$WORK/build/bin/fp8_benchmark" cuda 8192 5
+gpu_step fp8-accuracy "$WORK/venv/bin/python" "$ROOT/bench/fp8_accuracy.py" --device cuda
+gpu_step bench-optimization "$WORK/venv/bin/python" "$ROOT/bench/optimization_benchmark.py" --backend cuda
 if [[ -x "$WORK/build/bin/cudasdk_copy_benchmark" ]]; then
   gpu_step bench-cudasdk-copy "$WORK/build/bin/cudasdk_copy_benchmark"
 else
