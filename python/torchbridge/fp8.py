@@ -82,6 +82,14 @@ class _Fp8LinearFunction(torch.autograd.Function):
         return grad_input, grad_weight, grad_bias, None, None, None
 
 
+# torch.compile must not trace into the layer: the C++ kernels take TensorImpl addresses, which
+# under tracing would be fake tensors' (and dynamo would call the kernel while tracing). Compiled
+# models run the FP8 layers eagerly, with graph breaks around them.
+@torch.compiler.disable
+def _fp8_linear(input, weight, bias, layer, out_dtype, kernel):
+    return _Fp8LinearFunction.apply(input, weight, bias, layer, out_dtype, kernel)
+
+
 class Fp8Linear(nn.Module):
     """``nn.Linear`` computed in FP8: y = x W^T + b with x and W quantized e4m3, the output
     gradient e5m2, each with its own delayed scaling (the largest amax over the last
@@ -147,8 +155,7 @@ class Fp8Linear(nn.Module):
                              "move one of them")
         device_type = input.device.type
         out_dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else input.dtype
-        kernel = matmul_kernel(input.device, self.kernel)
-        return _Fp8LinearFunction.apply(input, self.weight, self.bias, self, out_dtype, kernel)
+        return _fp8_linear(input, self.weight, self.bias, self, out_dtype, matmul_kernel(input.device, self.kernel))
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "

@@ -164,3 +164,23 @@ def test_fp8_training_of_the_builtin_transformer_stays_close_to_bf16():
     assert result["converted_layers"] == 6
     assert result["fp8_final_loss"] < 0.1 * result["initial_loss"]  # it learned
     assert result["relative_gap"] <= result["tolerance"] == 0.15
+
+
+def test_a_compiled_model_runs_its_fp8_layers_eagerly_with_the_same_numbers():
+    # O3 compiles after converting: torch.compile must break the graph around the FP8 layers (their
+    # C++ kernels cannot be traced) rather than run them on fake tensors.
+    torch.manual_seed(5)
+    compiled = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32))
+    eager = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32))
+    eager.load_state_dict(compiled.state_dict())
+    convert_to_fp8(compiled)
+    convert_to_fp8(eager)
+    compiled.forward = torch.compile(compiled.forward)
+    x = torch.randn(8, 32)
+    for _ in range(3):
+        y_compiled, y_eager = compiled(x), eager(x)
+        y_compiled.sum().backward()
+        y_eager.sum().backward()
+    assert torch.equal(y_compiled, y_eager)
+    assert torch.equal(compiled[0].weight.grad, eager[0].weight.grad)
+    assert torch.equal(compiled[0].input_amax_history, eager[0].input_amax_history)
