@@ -26,8 +26,9 @@ struct ModelTraits {
 };
 
 struct PlannedStep {
-  std::string name;   // place, deterministic, tf32, cudnn_benchmark, fused_optimizer, channels_last,
-                      // freeze_torchscript, autocast, low_precision_weights, int8_weights, compile, fp8,
+  std::string name;   // place, deterministic, hardware.<vendor>.<field> (one per vendor setting away
+                      // from its default), tf32, cudnn_benchmark, fused_optimizer, channels_last,
+                      // freeze_torchscript, autocast, low_precision_weights, fp8, compile, int8_weights,
                       // validate (always last: it checks the result of the others)
   OptLevel level;     // the lowest level the step belongs to
   bool apply;
