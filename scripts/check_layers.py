@@ -32,12 +32,14 @@ LAYERS = {
     "amp": ["core", "backends"],
     # What one call does to a model for the hardware there: configuration, optimization levels.
     "optimize": ["core", "backends", "amp"],
+    # Memory for training: activation checkpointing (recomputation runs under the region's autocast).
+    "memory": ["core", "backends", "amp"],
     "cli": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize"],
     # The Python package hosts the CLI (its `torchbridge` command runs cli::run_cli in-process);
     # everything else it uses comes from the library layers.
-    "python": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize", "cli"],
+    "python": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize", "memory", "cli"],
     "devices": ["sdk-abi"],
-    "umbrella": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize"],
+    "umbrella": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize", "memory"],
 }
 
 # Public headers (include/torchbridge/) by the layer that implements them.
@@ -49,6 +51,7 @@ PUBLIC = {
     "validation/": "validation",
     "amp/": "amp",
     "optimize/": "optimize",
+    "memory/": "memory",
     "privateuse1.h": "backends",
     "process_isolation.h": "backends",
     "redirect.h": "backends",
@@ -64,6 +67,7 @@ SOURCE_DIRS = {
     "src/validation": "validation",
     "src/amp": "amp",
     "src/optimize": "optimize",
+    "src/memory": "memory",
     "cli": "cli",
     "python/src": "python",
     "devices": "devices",
@@ -127,7 +131,8 @@ def object_symbols(path: pathlib.Path):
 def check_objects(directory: pathlib.Path):
     """Link-level violations: a layer's objects using what only a disallowed layer defines."""
     layer_dirs = {"core": "core", "backends": "backends", "sdk": "sdk", "checkpoint": "checkpoint",
-                  "validation": "validation", "amp": "amp", "optimize": "optimize"}
+                  "validation": "validation", "amp": "amp", "optimize": "optimize",
+                  "memory": "memory"}
     definitions, uses = {}, {}
     for layer, sub in layer_dirs.items():
         for obj in sorted((directory / sub).glob("*.o")):

@@ -13,6 +13,7 @@ from . import _C
 __version__ = _C.__version__
 
 from . import devices  # noqa: E402
+from . import memory  # noqa: E402
 from .backends import Backend, BackendFactory, detect_best_backend  # noqa: E402
 from .config import TorchBridgeConfig  # noqa: E402
 from .optimize import UnifiedManager  # noqa: E402

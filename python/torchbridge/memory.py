@@ -1,0 +1,110 @@
+"""Memory for training: activation checkpointing with torch.utils.checkpoint's interface, computed
+by TorchBridge's C++ implementation (``include/torchbridge/memory/activation_checkpoint.h``).
+
+``checkpoint`` and ``checkpoint_sequential`` take torch's arguments and give torch's results: the
+gradients are bit-identical to ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`` and
+to running without checkpointing (tested on the CPU and emu), with dropout (random state replayed),
+autocast, nested regions, non-tensor arguments and outputs, ``backward()`` and
+``torch.autograd.grad``. The same code serves C++ programs, which have no checkpointing in LibTorch.
+
+Differences from torch:
+- only the non-reentrant kind exists: ``use_reentrant=True`` raises ``ValueError``;
+- ``context_fn`` other than the default and ``debug=True`` raise ``NotImplementedError``;
+- the recomputation always runs the whole function; ``early_stop`` (torch stops recomputing once
+  the tensors backward needs exist) is accepted for compatibility and changes only that cost;
+- only tensors passed as arguments (positional or keyword) are checked for in-place changes before
+  backward; tensors the function captures from outside are used as they are then.
+"""
+
+import torch
+from torch.utils import _pytree as pytree
+from torch.utils.checkpoint import noop_context_fn
+
+from . import _C
+
+__all__ = ["checkpoint", "checkpoint_sequential"]
+
+_DETERMINISM_CHECKS = ("default", "none")
+
+
+def _tensors_in(values):
+    return [value for value in values if isinstance(value, torch.Tensor)]
+
+
+def _check_options(use_reentrant, context_fn, determinism_check, debug):
+    if use_reentrant:
+        raise ValueError(
+            "torchbridge.memory.checkpoint implements use_reentrant=False only (it works when no input "
+            "requires grad, with torch.autograd.grad and nested regions); pass use_reentrant=False or None, "
+            "or use torch.utils.checkpoint for the reentrant variant")
+    if context_fn is not noop_context_fn:
+        raise NotImplementedError("torchbridge.memory.checkpoint: context_fn is not supported; the recomputation "
+                                  "runs under the forward pass's autocast and random state")
+    if determinism_check not in _DETERMINISM_CHECKS:
+        raise ValueError(f"torchbridge.memory.checkpoint: determinism_check must be one of "
+                         f"{list(_DETERMINISM_CHECKS)}, got {determinism_check!r}")
+    if debug:
+        raise NotImplementedError("torchbridge.memory.checkpoint: debug=True is not supported")
+
+
+def checkpoint(function, *args, use_reentrant=None, context_fn=noop_context_fn, determinism_check="default",
+               debug=False, early_stop=True, **kwargs):
+    """``function(*args, **kwargs)`` with its activations recomputed during backward instead of kept.
+
+    ``preserve_rng_state`` (default True) may be passed as a keyword, as with torch.
+    """
+    preserve_rng_state = kwargs.pop("preserve_rng_state", True)
+    _check_options(use_reentrant, context_fn, determinism_check, debug)
+    if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+        return function(*args, **kwargs)
+
+    inputs = _tensors_in(list(args) + list(kwargs.values()))
+    region = _C._CheckpointRegion([t._cdata for t in inputs], bool(preserve_rng_state), determinism_check == "default")
+    outputs = function(*args, **kwargs)
+    flat, spec = pytree.tree_flatten(outputs)
+    tensors = _tensors_in(flat)
+    attached = [t.detach() if t.requires_grad else None for t in tensors]
+
+    def recompute():
+        # Runs during backward, on autograd's thread; returns the tensors and their addresses.
+        again = _tensors_in(pytree.tree_flatten(function(*args, **kwargs))[0])
+        return again, [t._cdata for t in again]
+
+    region.finish([t._cdata for t in tensors], [0 if a is None else a._cdata for a in attached], recompute)
+    replacements = iter(attached)
+    result = []
+    for value in flat:
+        if isinstance(value, torch.Tensor):
+            replacement = next(replacements)
+            value = value if replacement is None else replacement
+        result.append(value)
+    return pytree.tree_unflatten(result, spec)
+
+
+def checkpoint_sequential(functions, segments, input, use_reentrant=None, **kwargs):
+    """torch.utils.checkpoint.checkpoint_sequential: ``segments`` checkpointed segments of
+    ``len(functions) // segments`` modules, the last segment (with any remainder) run plainly."""
+    preserve_rng_state = kwargs.pop("preserve_rng_state", True)
+    if kwargs:
+        raise TypeError(f"checkpoint_sequential: unexpected keyword arguments {sorted(kwargs)}")
+    if isinstance(functions, torch.nn.Sequential):
+        functions = list(functions.children())
+    functions = list(functions)
+    if not isinstance(segments, int) or isinstance(segments, bool) or not 1 <= segments <= len(functions):
+        raise ValueError(f"checkpoint_sequential: segments must be an int between 1 and the number of "
+                         f"functions ({len(functions)}), got {segments!r}")
+
+    def run(begin, end):
+        def forward(x):
+            for function in functions[begin:end]:
+                x = function(x)
+            return x
+        return forward
+
+    size = len(functions) // segments
+    begin = 0
+    for _ in range(segments - 1):
+        input = checkpoint(run(begin, begin + size), input, use_reentrant=use_reentrant,
+                           preserve_rng_state=preserve_rng_state)
+        begin += size
+    return run(begin, len(functions))(input)

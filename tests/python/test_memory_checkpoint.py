@@ -1,0 +1,174 @@
+"""torchbridge.memory.checkpoint / checkpoint_sequential against torch.utils.checkpoint
+(use_reentrant=False) and against no checkpointing, on the CPU and emu: same signature, bit-identical
+outputs and gradients (dropout, autocast, kwargs, non-tensor outputs, torch.autograd.grad), and clear
+errors for what is not supported."""
+
+import inspect
+
+import pytest
+import torch
+import torch.utils.checkpoint as torch_checkpoint
+from torch import nn
+
+import torchbridge
+from torchbridge.memory import checkpoint, checkpoint_sequential
+
+torchbridge.devices.load("emu")
+
+DEVICES = ["cpu", "emu"]
+
+
+def make_model(device):
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Dropout(0.3), nn.LayerNorm(32), nn.Linear(32, 32),
+                         nn.Tanh(), nn.Dropout(0.2), nn.Linear(32, 8)).to(device).train()
+
+
+def seed(value):
+    torch.manual_seed(value)  # seeds every device's generator, emu's too
+
+
+def gradients(model, *tensors):
+    grads = [p.grad.detach().cpu().clone() for p in model.parameters()]
+    grads += [t.grad.detach().cpu().clone() for t in tensors]
+    model.zero_grad(set_to_none=True)
+    for t in tensors:
+        t.grad = None
+    return grads
+
+
+def assert_identical(expected, actual):
+    assert len(expected) == len(actual)
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        assert torch.equal(e, a), f"gradient {i} differs by {(e - a).abs().max().item()}"
+
+
+def run(model, x, wrap):
+    seed(11)
+    out = wrap(model, x)
+    out.pow(2).sum().backward()
+    return out.detach().cpu(), gradients(model, x)
+
+
+def test_the_signatures_are_torchs():
+    ours, theirs = inspect.signature(checkpoint), inspect.signature(torch_checkpoint.checkpoint)
+    assert list(ours.parameters) == list(theirs.parameters)
+    for name, parameter in theirs.parameters.items():
+        assert ours.parameters[name].kind == parameter.kind, name
+        assert ours.parameters[name].default == parameter.default, name
+    assert list(inspect.signature(checkpoint_sequential).parameters) == \
+        list(inspect.signature(torch_checkpoint.checkpoint_sequential).parameters)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_equal_torch_checkpoint_and_no_checkpoint_with_dropout(device):
+    model = make_model(device)
+    x = torch.randn(4, 16, device=device, requires_grad=True)
+    plain = run(model, x, lambda m, v: m(v))
+    theirs = run(model, x, lambda m, v: torch_checkpoint.checkpoint(m, v, use_reentrant=False))
+    ours = run(model, x, lambda m, v: checkpoint(m, v, use_reentrant=False))
+    assert torch.equal(plain[0], ours[0]) and torch.equal(theirs[0], ours[0])
+    assert_identical(plain[1], ours[1])
+    assert_identical(theirs[1], ours[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_no_input_requiring_grad_kwargs_and_non_tensor_outputs(device):
+    model = make_model(device).eval()
+    x = torch.randn(4, 16, device=device)
+
+    def region(v, *, scale):
+        hidden = model(v) * scale
+        return {"hidden": hidden, "label": "logits", "index": hidden.argmax(1)}
+
+    expected = region(x, scale=2.0)
+    expected["hidden"].sum().backward()
+    reference = gradients(model)
+    out = checkpoint(region, x, scale=2.0, use_reentrant=False)
+    assert out["label"] == "logits"
+    assert torch.equal(out["index"], expected["index"]) and not out["index"].requires_grad
+    assert out["hidden"].grad_fn.name() == "torchbridge::CheckpointBackward"
+    out["hidden"].sum().backward()
+    assert_identical(reference, gradients(model))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_autograd_grad_and_nested_regions(device):
+    model = make_model(device).eval()
+    x = torch.randn(4, 16, device=device, requires_grad=True)
+    weight = model[0].weight
+    expected = torch.autograd.grad(model(x).sum(), [x, weight])
+
+    def outer(v):
+        return checkpoint(model, v, use_reentrant=False) * 1.5
+
+    actual = torch.autograd.grad(checkpoint(outer, x, use_reentrant=False).sum() / 1.5, [x, weight])
+    reference = torch.autograd.grad(outer(x).sum() / 1.5, [x, weight])
+    for e, r, a in zip(expected, reference, actual):
+        assert torch.equal(r.cpu(), a.cpu())
+        torch.testing.assert_close(e.cpu(), a.cpu())
+    assert x.grad is None and weight.grad is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_recomputation_runs_under_the_forward_autocast(device):
+    model = make_model(device).eval()
+    x = torch.randn(4, 16, device=device, requires_grad=True)
+    dtype = torch.bfloat16 if device == "cpu" else torch.float16
+
+    def forward(wrap):
+        with torch.autocast(device, dtype=dtype):
+            out = wrap(x)
+        out.float().sum().backward()  # outside autocast, as in a training loop
+        return out.dtype, gradients(model, x)
+
+    theirs = forward(lambda v: torch_checkpoint.checkpoint(model, v, use_reentrant=False))
+    ours = forward(lambda v: checkpoint(model, v, use_reentrant=False))
+    assert theirs[0] == ours[0] == dtype
+    assert_identical(theirs[1], ours[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_checkpoint_sequential_equals_torchs(device):
+    model = make_model(device)
+    x = torch.randn(4, 16, device=device, requires_grad=True)
+    theirs = run(model, x, lambda m, v: torch_checkpoint.checkpoint_sequential(m, 3, v, use_reentrant=False))
+    ours = run(model, x, lambda m, v: checkpoint_sequential(m, 3, v, use_reentrant=False))
+    assert torch.equal(theirs[0], ours[0])
+    assert_identical(theirs[1], ours[1])
+
+
+def test_unsupported_options_and_bad_input_are_clear_errors():
+    model = make_model("cpu")
+    x = torch.randn(2, 16)
+    with pytest.raises(ValueError, match="use_reentrant=False only"):
+        checkpoint(model, x, use_reentrant=True)
+    with pytest.raises(NotImplementedError, match="context_fn"):
+        checkpoint(model, x, context_fn=lambda: (None, None))
+    with pytest.raises(ValueError, match="determinism_check must be one of"):
+        checkpoint(model, x, determinism_check="strict")
+    with pytest.raises(ValueError, match=r"segments must be an int between 1 and the number of functions \(8\), got 9"):
+        checkpoint_sequential(model, 9, x)
+
+
+def test_an_error_while_recomputing_reaches_the_caller_of_backward():
+    calls = []
+
+    def flaky(v):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyError("missing on the second call")
+        return v * 2
+
+    y = checkpoint(flaky, torch.randn(3, requires_grad=True), use_reentrant=False)
+    with pytest.raises(RuntimeError, match="recomputing the region raised.*missing on the second call"):
+        y.sum().backward()
+
+
+def test_an_input_changed_in_place_before_backward_is_refused():
+    x = torch.randn(3, requires_grad=True)
+    h = x * 1.0
+    y = checkpoint(torch.sin, h, use_reentrant=False)
+    h.add_(1)
+    with pytest.raises(RuntimeError, match="input 0 was modified in place after the region's forward pass"):
+        y.sum().backward()
