@@ -21,6 +21,14 @@ _LAYER_NORM = ("torch runs its CompositeExplicitAutograd decomposition of native
                "fused kernel on the CPU; on this near-degenerate sample (one normalised element, x - mean ~ 0 scaled "
                "by 1/sqrt(eps)) the two roundings differ by ~7e-5 relative (float32) / one bfloat16 step")
 
+
+class MachineDependent(str):
+    """A reason for a difference that shows on some CPUs and not on others (ill-conditioned samples
+    whose ulp-level differences depend on which vectorised kernels the CPU runs). The sweep accepts
+    either outcome for such a pair instead of reporting an agreement as an expected failure that
+    now passes; every other entry must keep failing."""
+
+
 EXPECTED_FAILURES: dict = {
     "native_layer_norm": {"float32": _LAYER_NORM, "bfloat16": _LAYER_NORM},
     "nn.functional.layer_norm": {"float32": _LAYER_NORM, "bfloat16": _LAYER_NORM},
@@ -50,9 +58,11 @@ EXPECTED_FAILURES: dict = {
     # differs from its complex128 gradient by 2.9e-4 (largest |g| 1.7e3, loss sum |out|^2); the
     # copying mode differs from the CPU by 2.4e-4, the host-addressable mode agrees.
     "svd_lowrank": {
-        "complex64": {"copying": "CPU kernels see contiguous copies of strided views (as householder_product); the "
-                                 "sample's ill-conditioned complex64 backward amplifies ulp differences to 2.4e-4, "
-                                 "below the CPU's own complex64-vs-complex128 error of 2.9e-4"},
+        "complex64": {"copying": MachineDependent(
+            "CPU kernels see contiguous copies of strided views (as householder_product); the sample's "
+            "ill-conditioned complex64 backward amplifies ulp differences to 2.4e-4, below the CPU's own "
+            "complex64-vs-complex128 error of 2.9e-4. It differs on an AVX512 Xeon and agrees on an AVX-only "
+            "EPYC (no AVX2), whose CPU kernels take other vectorised paths")},
     },
 }
 

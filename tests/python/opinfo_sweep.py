@@ -696,7 +696,7 @@ def pair_name(result):
 
 def summarize(results, expected_failures):
     """Classifies results against the reviewed expected-failure list."""
-    from opinfo_expected_failures import lookup
+    from opinfo_expected_failures import MachineDependent, lookup
 
     summary = {"pairs": len(results), "applicable": 0, "agreed": 0, "expected_failures": 0,
                "unexpected_failures": 0, "unexpected_passes": 0, "crashes": 0, "timeouts": 0, "no_samples": 0,
@@ -725,7 +725,7 @@ def summarize(results, expected_failures):
         if status == "agree":
             summary["agreed"] += 1
             summary["agreed_within_rounding"] += bool(r.get("rounding"))
-            if reason is not None:
+            if reason is not None and not isinstance(reason, MachineDependent):
                 summary["unexpected_passes"] += 1
                 passes.append(r)
         elif reason is not None and status not in ("crash", "timeout"):
