@@ -156,6 +156,10 @@ gpu_step bench-checkpoint-load "$WORK/venv/bin/python" "$ROOT/bench/checkpoint_b
 gpu_step bench-fp8 "$WORK/build/bin/fp8_benchmark" cuda 8192 5
 gpu_step fp8-accuracy "$WORK/venv/bin/python" "$ROOT/bench/fp8_accuracy.py" --device cuda
 gpu_step bench-optimization "$WORK/venv/bin/python" "$ROOT/bench/optimization_benchmark.py" --backend cuda
+# Activation checkpointing on a GPT-2-small-sized stack (12 x d_model 768, 1024 tokens, batch 8).
+gpu_step bench-activation-checkpoint "$WORK/build/bin/activation_checkpoint_benchmark" cuda 12 768 1024 8 5
+gpu_step bench-activation-checkpoint-python "$WORK/venv/bin/python" "$ROOT/bench/activation_checkpoint_benchmark.py" \
+  --device cuda --d-model 768 --seq 1024 --batch 8
 if [[ -x "$WORK/build/bin/cudasdk_copy_benchmark" ]]; then
   gpu_step bench-cudasdk-copy "$WORK/build/bin/cudasdk_copy_benchmark"
 else
