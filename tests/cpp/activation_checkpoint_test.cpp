@@ -19,7 +19,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
-#include "error_message.h"
+#include "expect_error.h"
 
 #include <string>
 #include <vector>
@@ -27,12 +27,7 @@
 namespace torchbridge::memory {
 namespace {
 
-using test_support::error_of;
-
-void expect_error(const std::function<void()>& fn, const std::string& expected) {
-  const std::string message = error_of(fn);
-  EXPECT_NE(message.find(expected), std::string::npos) << "expected '" << expected << "' in: " << message;
-}
+using test_support::expect_error;
 
 class CheckpointTest : public ::testing::TestWithParam<std::string> {
  protected:

@@ -15,7 +15,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
-#include "error_message.h"
+#include "expect_error.h"
 
 #include <array>
 #include <cmath>
@@ -27,12 +27,7 @@
 namespace torchbridge::amp {
 namespace {
 
-using test_support::error_of;
-
-void expect_error(const std::function<void()>& fn, const std::string& expected) {
-  const std::string message = error_of(fn);
-  EXPECT_NE(message.find(expected), std::string::npos) << "expected '" << expected << "' in: " << message;
-}
+using test_support::expect_error;
 
 float item(const at::Tensor& t) { return t.to(at::kCPU).item<float>(); }
 

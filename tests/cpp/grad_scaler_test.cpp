@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <torch/optim/sgd.h>
 
-#include "error_message.h"
+#include "expect_error.h"
 
 #include <cmath>
 #include <functional>
@@ -21,15 +21,10 @@
 namespace torchbridge::amp {
 namespace {
 
-using test_support::error_of;
+using test_support::expect_error;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-void expect_error(const std::function<void()>& fn, const std::string& expected) {
-  const std::string message = error_of(fn);
-  EXPECT_NE(message.find(expected), std::string::npos) << "expected '" << expected << "' in: " << message;
-}
 
 // One parameter p (three ones) under SGD(lr=1); the loss sum(2p) gives every gradient 2 * scale.
 struct Training {
