@@ -4,6 +4,7 @@
 // TensorImpl address (tensor_address.h): C++ attaches the backward node to detached tensors Python
 // created, so nothing C++ makes has to become a Python object.
 #include <torchbridge/memory/activation_checkpoint.h>
+#include <torchbridge/memory/offloaded_optimizer.h>
 
 #include "tensor_address.h"
 
@@ -12,6 +13,8 @@
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 
 #include <cstdint>
 #include <memory>
@@ -57,9 +60,44 @@ memory::CheckpointRegion::Recompute python_recompute(py::function function) {
   };
 }
 
+// The host optimizer torchbridge.memory.OffloadedAdam / OffloadedAdamW ask for: torch's C++ Adam or
+// AdamW with the Python arguments.
+memory::OffloadedOptimizer::Factory adam_factory(const std::string& kind, double lr, double beta1, double beta2,
+                                                  double eps, double weight_decay, bool amsgrad) {
+  TORCH_CHECK_VALUE(kind == "adam" || kind == "adamw", "OffloadedOptimizer: unknown optimizer '", kind,
+                    "' (expected adam or adamw)");
+  return [=](std::vector<at::Tensor> parameters) -> std::unique_ptr<torch::optim::Optimizer> {
+    if (kind == "adam") {
+      return std::make_unique<torch::optim::Adam>(
+          parameters, torch::optim::AdamOptions(lr).betas({beta1, beta2}).eps(eps).weight_decay(weight_decay)
+                          .amsgrad(amsgrad));
+    }
+    return std::make_unique<torch::optim::AdamW>(
+        parameters, torch::optim::AdamWOptions(lr).betas({beta1, beta2}).eps(eps).weight_decay(weight_decay)
+                        .amsgrad(amsgrad));
+  };
+}
+
 }  // namespace
 
 void bind_memory(py::module_& m) {
+  py::class_<memory::OffloadedOptimizer>(m, "_OffloadedOptimizer")
+      .def(py::init([](const std::vector<uintptr_t>& parameters, const std::string& kind, double lr, double beta1,
+                       double beta2, double eps, double weight_decay, bool amsgrad, int64_t bucket_bytes) {
+             return std::make_unique<memory::OffloadedOptimizer>(
+                 tensors_at(parameters), adam_factory(kind, lr, beta1, beta2, eps, weight_decay, amsgrad),
+                 memory::OffloadOptions{bucket_bytes});
+           }),
+           py::arg("parameters"), py::arg("kind"), py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"),
+           py::arg("weight_decay"), py::arg("amsgrad"), py::arg("bucket_bytes"))
+      .def("step", &memory::OffloadedOptimizer::step, py::call_guard<py::gil_scoped_release>())
+      .def("bucket_count", &memory::OffloadedOptimizer::bucket_count)
+      .def("set_lr", [](memory::OffloadedOptimizer& self, double lr) {
+        for (torch::optim::Optimizer* optimizer : self.host_optimizers()) {
+          for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+        }
+      });
+
   py::class_<memory::CheckpointRegion>(m, "_CheckpointRegion")
       .def(py::init([](const std::vector<uintptr_t>& inputs, bool preserve_rng_state, bool check_metadata) {
              return std::make_unique<memory::CheckpointRegion>(

@@ -1,5 +1,6 @@
 """Memory for training: activation checkpointing with torch.utils.checkpoint's interface, computed
-by TorchBridge's C++ implementation (``include/torchbridge/memory/activation_checkpoint.h``).
+by TorchBridge's C++ implementation (``include/torchbridge/memory/activation_checkpoint.h``), and
+optimizer-state offload (``OffloadedAdam``, ``OffloadedAdamW``; ``offloaded_optimizer.h``).
 
 ``checkpoint`` and ``checkpoint_sequential`` take torch's arguments and give torch's results: the
 gradients are bit-identical to ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`` and
@@ -22,7 +23,7 @@ from torch.utils.checkpoint import noop_context_fn
 
 from . import _C
 
-__all__ = ["checkpoint", "checkpoint_sequential"]
+__all__ = ["OffloadedAdam", "OffloadedAdamW", "checkpoint", "checkpoint_sequential"]
 
 _DETERMINISM_CHECKS = ("default", "none")
 
@@ -108,3 +109,69 @@ def checkpoint_sequential(functions, segments, input, use_reentrant=None, **kwar
                            preserve_rng_state=preserve_rng_state)
         begin += size
     return run(begin, len(functions))(input)
+
+
+class _OffloadedAdamFamily:
+    """Adam/AdamW with its state and float32 master weights in pinned host memory, stepped on the CPU
+    by torch's C++ optimizer; gradients are copied down and parameters up on a side stream, bucket by
+    bucket, so copies overlap the CPU's work (torchbridge::memory::OffloadedOptimizer). The device
+    keeps only parameters and gradients.
+
+    Not a torch.optim.Optimizer: one parameter group, no state_dict, and LR schedulers do not drive
+    it (set ``lr`` instead). Parameters must be float32 and on one accelerator."""
+
+    _KIND = ""
+    _DEFAULT_WEIGHT_DECAY = 0.0
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=None, amsgrad=False, *,
+                 bucket_bytes=32 << 20):
+        self.params = list(params)
+        for i, p in enumerate(self.params):
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"{type(self).__name__}: parameter {i} is a {type(p).__name__}; expected tensors "
+                                f"(parameter groups given as dicts are not supported)")
+        if weight_decay is None:
+            weight_decay = self._DEFAULT_WEIGHT_DECAY
+        beta1, beta2 = betas
+        self._lr = float(lr)
+        self._impl = _C._OffloadedOptimizer([p._cdata for p in self.params], self._KIND, self._lr, float(beta1),
+                                            float(beta2), float(eps), float(weight_decay), bool(amsgrad),
+                                            int(bucket_bytes))
+
+    @property
+    def lr(self) -> float:
+        return self._lr
+
+    @lr.setter
+    def lr(self, value) -> None:
+        self._impl.set_lr(float(value))
+        self._lr = float(value)
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._impl.step()
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad.detach_().zero_()
+
+
+class OffloadedAdam(_OffloadedAdamFamily):
+    __doc__ = _OffloadedAdamFamily.__doc__
+    _KIND = "adam"
+    _DEFAULT_WEIGHT_DECAY = 0.0
+
+
+class OffloadedAdamW(_OffloadedAdamFamily):
+    __doc__ = _OffloadedAdamFamily.__doc__
+    _KIND = "adamw"
+    _DEFAULT_WEIGHT_DECAY = 1e-2

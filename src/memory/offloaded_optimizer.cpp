@@ -1,0 +1,141 @@
+// Optimizer-state offload (offloaded_optimizer.h): host optimizers over pinned master copies,
+// gradients down and parameters up on a side stream, one bucket at a time.
+#include <torchbridge/memory/offloaded_optimizer.h>
+
+#include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/optim/optimizer.h>
+
+#include <optional>
+#include <utility>
+
+namespace torchbridge::memory {
+
+struct OffloadedOptimizer::Bucket {
+  std::vector<size_t> indices;          // into parameters_
+  std::vector<at::Tensor> host_params;  // pinned float32 master copies, what the host optimizer updates
+  std::vector<at::Tensor> host_grads;   // pinned staging for the gradients
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::optional<c10::Event> gradients_arrived;
+};
+
+namespace {
+
+c10::Device device_of(const std::vector<at::Tensor>& parameters) {
+  TORCH_CHECK_VALUE(!parameters.empty(), "OffloadedOptimizer: no parameters were given");
+  const c10::Device device = parameters[0].defined() ? parameters[0].device() : c10::Device(c10::kCPU);
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const at::Tensor& p = parameters[i];
+    TORCH_CHECK_VALUE(p.defined(), "OffloadedOptimizer: parameter ", i, " is an undefined tensor");
+    TORCH_CHECK_VALUE(!p.device().is_cpu(), "OffloadedOptimizer: parameter ", i, " is on the CPU; optimizer-state "
+                      "offload moves state from an accelerator to host memory, and this state is there already "
+                      "(use the optimizer directly)");
+    TORCH_CHECK_VALUE(p.device() == device, "OffloadedOptimizer: parameter ", i, " is on ", p.device(),
+                      ", parameter 0 on ", device, "; all parameters must be on one device");
+    TORCH_CHECK_VALUE(p.scalar_type() == at::kFloat, "OffloadedOptimizer: parameter ", i, " is ",
+                      c10::toString(p.scalar_type()), "; float32 parameters are supported (the host copies are the "
+                      "float32 masters)");
+  }
+  return device;
+}
+
+at::Tensor pinned_like(const at::Tensor& t) {
+  return at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).device(c10::kCPU).pinned_memory(true));
+}
+
+}  // namespace
+
+OffloadedOptimizer::OffloadedOptimizer(std::vector<at::Tensor> parameters, Factory factory, OffloadOptions options)
+    : parameters_(std::move(parameters)), device_(device_of(parameters_)) {
+  TORCH_CHECK_VALUE(factory, "OffloadedOptimizer: no optimizer factory was given");
+  TORCH_CHECK_VALUE(options.bucket_bytes > 0, "OffloadedOptimizer: bucket_bytes must be positive, got ",
+                    options.bucket_bytes);
+  int64_t filled = 0;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (buckets_.empty() || filled >= options.bucket_bytes) {
+      buckets_.push_back(std::make_unique<Bucket>());
+      filled = 0;
+    }
+    Bucket& bucket = *buckets_.back();
+    const at::Tensor& p = parameters_[i];
+    at::Tensor master = pinned_like(p);
+    master.copy_(p.detach());
+    bucket.indices.push_back(i);
+    bucket.host_params.push_back(master);
+    bucket.host_grads.push_back(pinned_like(p));
+    filled += p.numel() * static_cast<int64_t>(p.element_size());
+  }
+  for (auto& bucket : buckets_) {
+    bucket->optimizer = factory(bucket->host_params);
+    TORCH_CHECK_VALUE(bucket->optimizer, "OffloadedOptimizer: the factory returned no optimizer");
+  }
+}
+
+OffloadedOptimizer::~OffloadedOptimizer() = default;
+
+void OffloadedOptimizer::step() {
+  const c10::impl::VirtualGuardImpl streams(device_.type());
+  const c10::Stream compute = streams.getStream(device_);
+  const c10::Stream side = streams.getStreamFromGlobalPool(device_);
+
+  // Gradients down: every copy queued at once on the side stream, after the backward pass's work.
+  c10::Event backward_done(device_.type());
+  backward_done.record(compute);
+  backward_done.block(side);
+  {
+    c10::StreamGuard on_side(side);
+    for (auto& bucket : buckets_) {
+      for (size_t k = 0; k < bucket->indices.size(); ++k) {
+        const at::Tensor& grad = parameters_[bucket->indices[k]].grad();
+        if (grad.defined()) bucket->host_grads[k].copy_(grad, /*non_blocking=*/true);
+      }
+      bucket->gradients_arrived.emplace(device_.type());
+      bucket->gradients_arrived->record(side);
+    }
+  }
+
+  // The CPU steps each bucket once its gradients are in, while later buckets are still copying,
+  // and queues its parameters back up.
+  torch::autograd::AutoGradMode no_grad(false);
+  for (auto& bucket : buckets_) {
+    bucket->gradients_arrived->synchronize();
+    for (size_t k = 0; k < bucket->indices.size(); ++k) {
+      const bool has_grad = parameters_[bucket->indices[k]].grad().defined();
+      bucket->host_params[k].mutable_grad() = has_grad ? bucket->host_grads[k] : at::Tensor();
+    }
+    bucket->optimizer->step();
+    c10::StreamGuard on_side(side);
+    for (size_t k = 0; k < bucket->indices.size(); ++k) {
+      parameters_[bucket->indices[k]].copy_(bucket->host_params[k], /*non_blocking=*/true);
+    }
+  }
+
+  // The next forward pass waits for the uploads on the device, not on the CPU. The host buffers are
+  // only written again after the next step's gradient copies, queued behind these uploads, arrive.
+  c10::Event uploaded(device_.type());
+  uploaded.record(side);
+  uploaded.block(compute);
+}
+
+void OffloadedOptimizer::zero_grad(bool set_to_none) {
+  for (at::Tensor& p : parameters_) {
+    if (!p.grad().defined()) continue;
+    if (set_to_none) {
+      p.mutable_grad() = at::Tensor();
+    } else {
+      p.mutable_grad().detach_().zero_();
+    }
+  }
+}
+
+std::vector<torch::optim::Optimizer*> OffloadedOptimizer::host_optimizers() const {
+  std::vector<torch::optim::Optimizer*> optimizers;
+  for (const auto& bucket : buckets_) optimizers.push_back(bucket->optimizer.get());
+  return optimizers;
+}
+
+}  // namespace torchbridge::memory
