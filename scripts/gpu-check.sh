@@ -158,6 +158,7 @@ gpu_step fp8-accuracy "$WORK/venv/bin/python" "$ROOT/bench/fp8_accuracy.py" --de
 gpu_step bench-optimization "$WORK/venv/bin/python" "$ROOT/bench/optimization_benchmark.py" --backend cuda
 # Activation checkpointing on a GPT-2-small-sized stack (12 x d_model 768, 1024 tokens, batch 8).
 gpu_step bench-activation-checkpoint "$WORK/build/bin/activation_checkpoint_benchmark" cuda 12 768 1024 8 5
+gpu_step bench-optimizer-offload "$WORK/build/bin/optimizer_offload_benchmark" cuda 24 2048 64 5
 gpu_step bench-activation-checkpoint-python "$WORK/venv/bin/python" "$ROOT/bench/activation_checkpoint_benchmark.py" \
   --device cuda --d-model 768 --seq 1024 --batch 8
 if [[ -x "$WORK/build/bin/cudasdk_copy_benchmark" ]]; then
