@@ -1,6 +1,7 @@
 """torchbridge.memory.checkpoint against torch.utils.checkpoint (use_reentrant=False) and against no
 checkpointing, from Python, on a stack of nn.TransformerEncoderLayer blocks, each block but the last
-checkpointed; one training step = forward + backward, median of REPEATS, all in one run:
+checkpointed; on accelerators also torchbridge.memory.offload_activations around the whole forward
+pass. One training step = forward + backward, median of REPEATS, all in one run:
 
     step time ratio        against no checkpointing, for torch's checkpoint and ours
     ours / torch's         step time of ours against torch's (goal: <= 1.0x, i.e. no slower)
@@ -21,6 +22,7 @@ from torch import nn
 
 import torchbridge
 from torchbridge.memory import checkpoint as our_checkpoint
+from torchbridge.memory import offload_activations
 
 
 def main():
@@ -42,6 +44,9 @@ def main():
     gradient_bytes = sum(p.numel() * p.element_size() for p in blocks.parameters())
 
     def forward(wrap):
+        if wrap == "offload":
+            with offload_activations():
+                return forward(None)
         h = x
         for i, block in enumerate(blocks):
             h = wrap(block, h) if wrap is not None and i + 1 < len(blocks) else block(h)
@@ -75,6 +80,8 @@ def main():
         "torch.utils.checkpoint": lambda block, h: torch_checkpoint.checkpoint(block, h, use_reentrant=False),
         "torchbridge.memory.checkpoint": lambda block, h: our_checkpoint(block, h, use_reentrant=False),
     }
+    if args.device != "cpu":  # on the CPU there is nothing to offload to
+        modes["torchbridge.memory.offload_activations"] = "offload"
     results = {name: measure(wrap) for name, wrap in modes.items()}
     none = results["none"]
     for name, r in results.items():

@@ -1,6 +1,7 @@
 """Memory for training: activation checkpointing with torch.utils.checkpoint's interface, computed
 by TorchBridge's C++ implementation (``include/torchbridge/memory/activation_checkpoint.h``), and
-optimizer-state offload (``OffloadedAdam``, ``OffloadedAdamW``; ``offloaded_optimizer.h``).
+optimizer-state offload (``OffloadedAdam``, ``OffloadedAdamW``; ``offloaded_optimizer.h``) and
+activation offload (``offload_activations``, in Python: ``_activation_offload`` says why).
 
 ``checkpoint`` and ``checkpoint_sequential`` take torch's arguments and give torch's results: the
 gradients are bit-identical to ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`` and
@@ -22,8 +23,9 @@ from torch.utils import _pytree as pytree
 from torch.utils.checkpoint import noop_context_fn
 
 from . import _C
+from ._activation_offload import offload_activations  # noqa: F401  (re-exported)
 
-__all__ = ["OffloadedAdam", "OffloadedAdamW", "checkpoint", "checkpoint_sequential"]
+__all__ = ["OffloadedAdam", "OffloadedAdamW", "checkpoint", "checkpoint_sequential", "offload_activations"]
 
 _DETERMINISM_CHECKS = ("default", "none")
 

@@ -1,0 +1,110 @@
+"""Activation offload: tensors autograd saves during the forward pass go to pinned host memory and
+come back before backward needs them, asynchronously on a side stream (torchbridge.memory re-exports
+``offload_activations``).
+
+Why Python: the hooks this needs are autograd's saved-tensor hooks, and in LibTorch 2.13 the default
+ones exist only as Python objects (``at::SavedTensorDefaultHooks`` stores ``c10::SafePyObject``), so
+a C++ library cannot install them. Streams and events here are torch's own (``torch.Stream``,
+``torch.Event``), which are the device's through its guard: CUDA's, or an SDK device's."""
+
+import weakref
+
+import torch
+from torch.autograd.graph import saved_tensors_hooks
+
+
+class _Offloaded:
+    """One saved tensor while it lives on the host."""
+
+    __slots__ = ("host", "device", "order", "on_device", "arrived", "__weakref__")
+
+    def __init__(self, host, device, order):
+        self.host = host            # pinned copy
+        self.device = device
+        self.order = order          # position in the forward pass
+        self.on_device = None       # the copy brought back, until backward takes it
+        self.arrived = None         # event on the side stream after the copy back
+
+
+class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manager, named like torch's)
+    """``with offload_activations(): loss = model(x)`` moves what autograd saves in the block to
+    pinned host memory, and brings it back during backward. Gradients are bit-identical to no
+    offload (the copies are exact).
+
+    - Forward: each saved tensor on an accelerator of at least ``min_bytes`` is copied to a pinned
+      host buffer on a side stream that first waits for the compute stream (an event), so the
+      copy starts after the tensor is computed and overlaps later forward work. The device memory
+      is kept from reuse until that copy has read it (``record_stream``).
+    - Backward: when autograd needs a tensor, it is copied back on the side stream if it is not
+      back already, and the compute stream waits for that copy (an event), never the CPU. The
+      ``prefetch`` tensors saved just before it are started back at the same time, because
+      backward needs them next.
+    - Kept as they are: CPU tensors, tensors below ``min_bytes``, and leaves that require grad and
+      views of them (parameters and e.g. a Linear's transposed weight: the module holds them on the
+      device anyway, so a copy would free nothing).
+    """
+
+    def __init__(self, min_bytes: int = 1 << 16, prefetch: int = 2):
+        for name, value in (("min_bytes", min_bytes), ("prefetch", prefetch)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"offload_activations: {name} must be a non-negative int, got {value!r}")
+        self.min_bytes = min_bytes
+        self.prefetch = prefetch
+        self._side_streams = {}
+        self._saved = []  # weak references, in forward order
+        super().__init__(self._pack, self._unpack)
+
+    def _side_stream(self, device):
+        if device not in self._side_streams:
+            self._side_streams[device] = torch.Stream(device=device)
+        return self._side_streams[device]
+
+    def _side_waits_for_compute(self, device):
+        side = self._side_stream(device)
+        ready = torch.Event(device=device)
+        ready.record(torch.accelerator.current_stream(device))
+        side.wait_event(ready)
+        return side
+
+    def _pack(self, tensor):
+        base = tensor if tensor._base is None else tensor._base
+        if (tensor.device.type == "cpu" or tensor.layout != torch.strided
+                or tensor.numel() * tensor.element_size() < self.min_bytes
+                or (base.is_leaf and base.requires_grad)):
+            return tensor
+        side = self._side_waits_for_compute(tensor.device)
+        host = torch.empty_like(tensor, device="cpu", pin_memory=True)
+        with side:
+            host.copy_(tensor, non_blocking=True)
+        tensor.record_stream(side)
+        record = _Offloaded(host, tensor.device, len(self._saved))
+        self._saved.append(weakref.ref(record))
+        return record
+
+    def _bring_back(self, record):
+        # The new device memory may still be in use by compute-stream work queued before, so the
+        # side stream waits for the compute stream before writing it.
+        side = self._side_waits_for_compute(record.device)
+        tensor = torch.empty_like(record.host, device=record.device)
+        with side:
+            tensor.copy_(record.host, non_blocking=True)
+        tensor.record_stream(side)
+        record.arrived = torch.Event(device=record.device)
+        record.arrived.record(side)
+        record.on_device = tensor
+
+    def _compute_waits_for(self, record):
+        torch.accelerator.current_stream(record.device).wait_event(record.arrived)
+
+    def _unpack(self, record):
+        if isinstance(record, torch.Tensor):
+            return record
+        if record.on_device is None:
+            self._bring_back(record)
+        for earlier in range(record.order - 1, max(-1, record.order - 1 - self.prefetch), -1):
+            other = self._saved[earlier]()
+            if other is not None and other.on_device is None:
+                self._bring_back(other)
+        self._compute_waits_for(record)
+        tensor, record.on_device = record.on_device, None  # device memory goes with backward's use
+        return tensor
