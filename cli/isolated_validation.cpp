@@ -6,6 +6,8 @@
 #include <torchbridge/one_accelerator.h>
 #include <torchbridge/registry.h>
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <exception>
 #include <memory>
@@ -49,8 +51,16 @@ validation::ValidationReport merge_reports(const std::vector<validation::Validat
                                            const std::vector<std::string>& backends) {
   validation::ValidationReport merged;
   merged.backends = backends;
-  if (!parts.empty()) merged.precision = parts.front().precision;  // every part ran the same one
+  if (!parts.empty()) {  // every part ran the same precision and training mode
+    merged.precision = parts.front().precision;
+    merged.checkpointing = parts.front().checkpointing;
+  }
   for (const auto& part : parts) {
+    // A part from a child that ran (it has a reference) must have trained the same way: a child
+    // that missed --checkpointing would make the merged report claim what it did not check.
+    TORCH_CHECK(part.reference.empty() || part.checkpointing == merged.checkpointing,
+                "a validation part ran ", part.checkpointing ? "with" : "without",
+                " checkpointed training, unlike the others");
     if (merged.reference.empty() && !part.reference.empty()) {
       merged.model_kind = part.model_kind;
       merged.reference = part.reference;

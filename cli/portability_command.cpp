@@ -50,7 +50,7 @@
 namespace torchbridge::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: torchbridge portability [--steps N] [--output DIR] [--isolate] [--json]
+constexpr const char* kHelp = R"(usage: torchbridge portability [--steps N] [--output DIR] [--checkpointing] [--isolate] [--json]
 
 The portability run: detect the hardware, train the built-in transformer on the best available
 backend, save a portable checkpoint (model, Adam state, RNG, counters) as safetensors, load it
@@ -60,6 +60,8 @@ CPU in float64. Exit 0 only when training reduced the loss and every check passe
 
   --steps N     training steps (default 300)
   --output DIR  where the checkpoint goes (default: a new directory under $TMPDIR or /tmp)
+  --checkpointing  train through activation checkpointing (each step's forward pass is one
+                checkpointed region, recomputed in backward), and validate the same way
   --isolate     check every backend other than the CPU and the training backend in a child
                 process of its own. SDK devices are always checked in a child process when the
                 run trains on a native accelerator such as cuda: PyTorch's autograd serves one
@@ -67,7 +69,7 @@ CPU in float64. Exit 0 only when training reduced the loss and every check passe
   --json        the report as JSON
 
 Used by the run itself to check backends in a child process:
-  --check-checkpoint FILE --reference-outputs FILE --backends LIST
+  --check-checkpoint FILE --reference-outputs FILE --backends LIST [--checkpointing]
 )";
 
 constexpr const char* kSdkDevice = "emu";  // loadable on any machine
@@ -165,9 +167,10 @@ nlohmann::json check_load(const std::string& name, const std::string& checkpoint
 }
 
 validation::ValidationReport validate(const torch::jit::Module& model, const std::vector<std::string>& backends,
-                                      const std::function<void(const std::string&)>& stage) {
+                                      bool checkpointing, const std::function<void(const std::string&)>& stage) {
   validation::ValidatorOptions options;
   options.backends = backends;
+  options.checkpointing = checkpointing;
   options.progress = [&](const std::string& backend, const std::string& step, int, int) {
     if (step != "done") stage("validating: " + backend + " " + step);
   };
@@ -194,7 +197,7 @@ int run_backend_check(const ParsedArguments& parsed) {
     out["loads"].push_back(check_load(name, checkpoint_path, batch, trained_outputs));
   }
   RestoredCopy trained = restore(checkpoint_path, c10::Device(c10::kCPU));
-  const auto report = validate(trained.model, backends, [](const std::string&) {});
+  const auto report = validate(trained.model, backends, parsed.has("--checkpointing"), [](const std::string&) {});
   out["validation"] = nlohmann::json::parse(validation::report_json(report));
   std::cout << out.dump() << "\n";
   return 0;
@@ -209,12 +212,14 @@ struct ChildFindings {
 // `portability --check-checkpoint` for one backend in a child process. A child that ends without
 // findings becomes a failed load and a failed validation check saying how it ended.
 ChildFindings check_in_child(const std::string& name, const std::string& checkpoint_path,
-                             const std::string& reference_path) {
+                             const std::string& reference_path, bool checkpointing) {
   ChildFindings findings;
   std::string failure;
   try {
-    const ChildResult child = run_self({"portability", "--check-checkpoint", checkpoint_path, "--reference-outputs",
-                                        reference_path, "--backends", name});
+    std::vector<std::string> child_args = {"portability", "--check-checkpoint", checkpoint_path,
+                                           "--reference-outputs", reference_path, "--backends", name};
+    if (checkpointing) child_args.push_back("--checkpointing");
+    const ChildResult child = run_self(child_args);
     try {
       const auto parsed = nlohmann::json::parse(child.out);
       findings.hardware = parsed.at("hardware");
@@ -251,7 +256,8 @@ void print_report(const nlohmann::json& r) {
   const auto& t = r["training"];
   std::cout << "\n== Training on " << t["backend"].get<std::string>() << " (" << t["device"].get<std::string>()
             << ")\n  built-in transformer, " << t["parameters"].get<int64_t>() << " parameters, " << t["steps"].get<int>()
-            << " Adam steps in " << fixed(t["seconds"], 2) << " s\n  loss " << scientific(t["first_loss"]) << " -> "
+            << " Adam steps" << (t.value("checkpointing", false) ? " through activation checkpointing" : "") << " in "
+            << fixed(t["seconds"], 2) << " s\n  loss " << scientific(t["first_loss"]) << " -> "
             << scientific(t["last_loss"]) << " (mean of the first and last 10 steps)\n";
   const auto& c = r["checkpoint"];
   std::cout << "\n== Portable checkpoint\n  " << c["path"].get<std::string>() << "\n  "
@@ -271,7 +277,7 @@ void print_report(const nlohmann::json& r) {
   }
   const auto& v = r["validation"];
   std::cout << "\n== Validation against " << v["reference"].get<std::string>() << " (" << v["precision"].get<std::string>()
-            << ")\n";
+            << (v.value("checkpointing", false) ? ", checkpointed training" : "") << ")\n";
   for (const auto& b : v["backends"]) {
     std::cout << "  " << column(b["backend"].get<std::string>(), 8) << b["passed"].get<int>() << "/" << b["total"].get<int>()
               << " checks passed   worst output rel L2 " << scientific(b["worst_output_rel_l2"])
@@ -304,7 +310,7 @@ nlohmann::json summarize_validation(const validation::ValidationReport& report) 
                            {"seconds", seconds}});
   }
   return {{"reference", report.reference}, {"precision", name_of(report.precision)}, {"valid", report.is_valid()},
-          {"backends", per_backend}, {"failures", failures}};
+          {"checkpointing", report.checkpointing}, {"backends", per_backend}, {"failures", failures}};
 }
 
 }  // namespace
@@ -312,7 +318,7 @@ nlohmann::json summarize_validation(const validation::ValidationReport& report) 
 int run_portability(const std::vector<std::string>& args) {
   const ParsedArguments parsed =
       parse_arguments("portability", args,
-                      {{"--json", "--isolate"},
+                      {{"--json", "--isolate", "--checkpointing"},
                        {"--steps", "--output", "--check-checkpoint", "--reference-outputs", "--backends"},
                        false});
   if (parsed.has("--help")) {
@@ -324,6 +330,7 @@ int run_portability(const std::vector<std::string>& args) {
     throw UsageError("--reference-outputs and --backends belong to --check-checkpoint");
   }
   const int steps = parse_steps(parsed.option("--steps"));
+  const bool checkpointing = parsed.has("--checkpointing");
   const bool json = parsed.has("--json");
   const auto start = Clock::now();
   const bool progress = !json && isatty(STDERR_FILENO) != 0;
@@ -373,12 +380,13 @@ int run_portability(const std::vector<std::string>& args) {
   const c10::Device train_device = create_backend(best)->device(0);
 
   stage("training on " + best);
-  TrainingRun run = train_transformer(train_device, steps, /*seed=*/0);
+  TrainingRun run = train_transformer(train_device, steps, /*seed=*/0, checkpointing);
   int64_t parameter_count = 0;
   for (const auto& p : run.model.parameters()) parameter_count += p.numel();
   report["training"] = {{"backend", best},          {"device", train_device.str()}, {"steps", run.steps},
                         {"parameters", parameter_count}, {"seconds", run.seconds},
-                        {"first_loss", run.first_loss}, {"last_loss", run.last_loss}};
+                        {"first_loss", run.first_loss}, {"last_loss", run.last_loss},
+                        {"checkpointing", checkpointing}};
 
   stage("saving the checkpoint");
   const std::string directory = make_output_directory(parsed.option("--output"));
@@ -395,14 +403,14 @@ int run_portability(const std::vector<std::string>& args) {
     stage("loading on " + name);
     loads.push_back(check_load(name, path, batch, trained_outputs));
   }
-  std::vector<validation::ValidationReport> validation_parts = {validate(run.model, backends, stage)};
+  std::vector<validation::ValidationReport> validation_parts = {validate(run.model, backends, checkpointing, stage)};
 
   if (!isolated.empty()) {
     const std::string reference_path = directory + "/reference_outputs.safetensors";
     checkpoint::save(reference_path, {{"batch", batch}, {"outputs", trained_outputs}});
     for (const auto& name : isolated) {
       stage("checking " + name + " in a child process");
-      ChildFindings findings = check_in_child(name, path, reference_path);
+      ChildFindings findings = check_in_child(name, path, reference_path, checkpointing);
       for (auto& item : findings.hardware) {
         item["own_process"] = true;
         hardware.push_back(item);

@@ -1,5 +1,6 @@
 #include "portability_training.h"
 
+#include <torchbridge/memory/activation_checkpoint.h>
 #include <torchbridge/validation/builtin_models.h>
 
 #include <ATen/ATen.h>
@@ -20,7 +21,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const torch::jit::Module
   return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(3e-3));
 }
 
-TrainingRun train_transformer(c10::Device device, int steps, uint64_t seed) {
+TrainingRun train_transformer(c10::Device device, int steps, uint64_t seed, bool checkpointing) {
   const auto& info = validation::builtin_model_info("transformer");
   TrainingRun run;
   run.model = validation::make_builtin_model("transformer", seed);
@@ -44,7 +45,9 @@ TrainingRun train_transformer(c10::Device device, int steps, uint64_t seed) {
       target = teacher.forward({x}).toTensor();
     }
     run.optimizer->zero_grad();
-    const at::Tensor loss = at::mse_loss(run.model.forward({x}).toTensor(), target);
+    const auto forward = [&run](const at::Tensor& input) { return run.model.forward({input}).toTensor(); };
+    const at::Tensor output = checkpointing ? memory::checkpoint(forward, x) : forward(x);
+    const at::Tensor loss = at::mse_loss(output, target);
     loss.backward();
     run.optimizer->step();
     losses.push_back(loss.item<double>());

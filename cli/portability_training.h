@@ -22,7 +22,9 @@ struct TrainingRun {
   int steps = 0;
 };
 
-TrainingRun train_transformer(c10::Device device, int steps, uint64_t seed);
+// With `checkpointing`, each step's forward pass runs as one checkpointed region
+// (torchbridge::memory::checkpoint): recomputed during backward instead of kept.
+TrainingRun train_transformer(c10::Device device, int steps, uint64_t seed, bool checkpointing = false);
 // Adam over a module's parameters, as the run trains with (restoring needs the same type).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const torch::jit::Module& model);
 

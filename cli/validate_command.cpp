@@ -30,7 +30,7 @@ namespace torchbridge::cli {
 namespace {
 
 constexpr const char* kHelp = R"(usage: torchbridge validate --model builtin:NAME|FILE [--backends LIST] [--dtype PRECISION]
-                            [--input-shape SHAPE] [--seed N] [--isolate] [--json]
+                            [--input-shape SHAPE] [--seed N] [--checkpointing] [--isolate] [--json]
 
 Runs the model's forward and backward on the CPU in float64 (the reference) and on each backend,
 and checks outputs and gradients against the reference, NaN/Inf, determinism, a save-and-reload
@@ -44,6 +44,9 @@ round trip, and that device memory returns to its baseline. Exit 0 only when eve
   --input-shape e.g. 4,16,32 (several inputs: 4,16,32;4,16); required for a file, optional for
                 built-in models (default: the model's own)
   --seed        seed of the generated inputs (default 0)
+  --checkpointing  train through activation checkpointing everywhere, the reference included:
+                each forward pass with gradients runs as one checkpointed region, so the
+                gradients compared come from the recomputed backward
   --isolate     validate every backend but the CPU in a child process of its own, so one that
                 crashes is reported as a failed check instead of ending the run. SDK devices are
                 always validated in a child process when the list also names a native
@@ -79,8 +82,8 @@ std::vector<std::string> default_backends() {
 
 // One line per backend and kind of check: how many passed and the worst values measured.
 void print_table(const validation::ValidationReport& report, const std::string& label) {
-  std::cout << "Validated " << label << " (" << report.model_kind << ") in " << name_of(report.precision) << " against "
-            << report.reference << "\n\n";
+  std::cout << "Validated " << label << " (" << report.model_kind << ") in " << name_of(report.precision)
+            << (report.checkpointing ? " with checkpointed training" : "") << " against " << report.reference << "\n\n";
   std::cout << column("backend", 10) << column("check", 13) << column("passed", 9) << column("max abs err", 13)
             << column("max rel err", 13) << column("min cosine", 12) << "\n";
   struct Row {
@@ -131,7 +134,7 @@ void print_table(const validation::ValidationReport& report, const std::string& 
 
 int run_validate(const std::vector<std::string>& args) {
   const ParsedArguments parsed = parse_arguments(
-      "validate", args, {{"--json", "--isolate"}, {"--model", "--backends", "--dtype", "--input-shape", "--seed"}, false});
+      "validate", args, {{"--json", "--isolate", "--checkpointing"}, {"--model", "--backends", "--dtype", "--input-shape", "--seed"}, false});
   if (parsed.has("--help")) {
     std::cout << kHelp;
     return 0;
@@ -142,6 +145,7 @@ int run_validate(const std::vector<std::string>& args) {
   options.backends = parsed.option("--backends") ? split_list(*parsed.option("--backends")) : default_backends();
   if (const auto* dtype = parsed.option("--dtype")) options.precision = validation::validation_precision(*dtype);
   if (const auto* seed = parsed.option("--seed")) options.seed = parse_unsigned(*seed, "--seed");
+  options.checkpointing = parsed.has("--checkpointing");
   const ModelArgument model = load_model_argument(*model_spec);
   const auto shapes = input_shapes_for(model, parsed.option("--input-shape"), "validation");
   const bool json = parsed.has("--json");
@@ -173,8 +177,9 @@ int run_validate(const std::vector<std::string>& args) {
     const auto source = validation::model_from(model.module);
     parts.push_back(validator.validate(*source, shapes));
   }
-  const std::vector<std::string> child_args = {"--model", *model_spec, "--dtype", name_of(options.precision), "--input-shape",
-                                               shapes_text(shapes), "--seed", std::to_string(options.seed)};
+  std::vector<std::string> child_args = {"--model", *model_spec, "--dtype", name_of(options.precision), "--input-shape",
+                                         shapes_text(shapes), "--seed", std::to_string(options.seed)};
+  if (options.checkpointing) child_args.push_back("--checkpointing");
   for (const auto& name : isolated) {
     if (show_progress) std::cerr << "\r\033[K" << name << ": validating in a child process" << std::flush;
     parts.push_back(validate_in_child(name, child_args, options.precision));

@@ -27,14 +27,15 @@ LAYERS = {
     "backends": ["core"],
     "sdk": ["sdk-abi", "core", "backends"],
     "checkpoint": ["core", "backends"],
-    "validation": ["core", "backends", "checkpoint"],
     # Mixed precision for C++ programs: autocast scopes, loss scaling, FP8 layers.
     "amp": ["core", "backends"],
     # What one call does to a model for the hardware there: configuration, optimization levels.
     "optimize": ["core", "backends", "amp"],
-    # Memory for training: activation checkpointing (recomputation runs under the region's autocast).
+    # Memory for training: activation checkpointing (its recomputation runs under the region's
+    # autocast), optimizer-state offload.
     "memory": ["core", "backends", "amp"],
-    "cli": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize"],
+    "validation": ["core", "backends", "checkpoint", "memory"],
+    "cli": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize", "memory"],
     # The Python package hosts the CLI (its `torchbridge` command runs cli::run_cli in-process);
     # everything else it uses comes from the library layers.
     "python": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize", "memory", "cli"],

@@ -39,20 +39,26 @@ class PlacedNnModule final : public PlacedModel {
       }
       TORCH_CHECK_VALUE(false, "torch::nn modules are validated with 1 to 3 input tensors, not ", placed.size());
     };
-    return run_model(forward, module_state(*module_.ptr()), place_inputs(inputs, device_, dtype_), weights);
+    return run_model(forward, module_state(*module_.ptr()), place_inputs(inputs, device_, dtype_), weights,
+                     checkpointed_);
   }
+
+  void set_checkpointed_training(bool checkpointed) override { checkpointed_ = checkpointed; }
 
   // Through the portable checkpoint, as TorchScript models do (torchscript_model.cpp).
   std::unique_ptr<PlacedModel> save_and_reload() const override {
     torch::nn::AnyModule reloaded = copy_of(module_, device_, dtype_);
     assign(module_state(*reloaded.ptr()), checkpoint_round_trip(module_state(*module_.ptr()), device_));
-    return std::make_unique<PlacedNnModule>(std::move(reloaded), device_, dtype_);
+    auto copy = std::make_unique<PlacedNnModule>(std::move(reloaded), device_, dtype_);
+    copy->set_checkpointed_training(checkpointed_);
+    return copy;
   }
 
  private:
   torch::nn::AnyModule module_;
   c10::Device device_;
   c10::ScalarType dtype_;
+  bool checkpointed_ = false;
 };
 
 class NnModuleSource final : public ModelSource {

@@ -51,6 +51,7 @@ std::string report_json(const ValidationReport& report, int indent) {
       {"model_kind", report.model_kind},
       {"precision", name_of(report.precision)},
       {"reference", report.reference},
+      {"checkpointing", report.checkpointing},
       {"backends", report.backends},
       {"valid", report.is_valid()},
       {"passed", report.passed()},
@@ -78,6 +79,7 @@ ValidationReport report_from_json(const std::string& text) {
     report.model_kind = in.at("model_kind").get<std::string>();
     report.precision = parse_precision(in.at("precision").get<std::string>());
     report.reference = in.at("reference").get<std::string>();
+    report.checkpointing = in.value("checkpointing", false);
     report.backends = in.at("backends").get<std::vector<std::string>>();
     for (const auto& c : in.at("checks")) {
       CheckRecord record{c.at("backend").get<std::string>(), c.at("device").get<std::string>(),

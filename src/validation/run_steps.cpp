@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <torchbridge/checkpoint/safetensors.h>
+#include <torchbridge/memory/activation_checkpoint.h>
 
 #include <ATen/core/grad_mode.h>
 
@@ -48,7 +49,8 @@ std::vector<at::Tensor> detached_cpu(const std::vector<at::Tensor>& tensors) {
 
 RunResult run_model(const std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>& forward,
                     const NamedTensors& state,
-                    const std::vector<at::Tensor>& placed_inputs, const OutputWeights& weights) {
+                    const std::vector<at::Tensor>& placed_inputs, const OutputWeights& weights,
+                    bool checkpointed) {
   for (const auto& [name, p] : state) {
     if (p.grad().defined()) p.mutable_grad() = at::Tensor();
   }
@@ -58,7 +60,7 @@ RunResult run_model(const std::function<std::vector<at::Tensor>(const std::vecto
     result.outputs = detached_cpu(forward(placed_inputs));
     return result;
   }
-  const auto outputs = forward(placed_inputs);
+  const auto outputs = checkpointed ? memory::checkpoint(forward, placed_inputs) : forward(placed_inputs);
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& output : outputs) shapes.push_back(output.sizes().vec());
   const at::Tensor loss = weighted_loss(outputs, weights(shapes));

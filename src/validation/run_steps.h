@@ -21,9 +21,11 @@ at::Tensor weighted_loss(const std::vector<at::Tensor>& outputs, const std::vect
 std::vector<at::Tensor> detached_cpu(const std::vector<at::Tensor>& tensors);
 // Forward, then (with weights) backward, with gradients cleared first. `state` is the module's
 // module_state(): gradients are collected from the tensors that require them (the parameters).
+// With `checkpointed`, the forward pass with weights runs as one checkpointed region.
 RunResult run_model(const std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>& forward,
                     const NamedTensors& state,
-                    const std::vector<at::Tensor>& placed_inputs, const OutputWeights& weights);
+                    const std::vector<at::Tensor>& placed_inputs, const OutputWeights& weights,
+                    bool checkpointed = false);
 
 // `state` written as a TorchBridge portable checkpoint (safetensors, through the checkpoint
 // module's writer) and read back onto `device` by its reader: the round trip a model's weights

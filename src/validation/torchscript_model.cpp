@@ -57,8 +57,10 @@ class PlacedTorchScript final : public PlacedModel {
       torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
       return tensors_of(module_.forward(std::vector<c10::IValue>(placed.begin(), placed.end())));
     };
-    return run_model(forward, module_state(module_), place_inputs(inputs, device_, dtype_), weights);
+    return run_model(forward, module_state(module_), place_inputs(inputs, device_, dtype_), weights, checkpointed_);
   }
+
+  void set_checkpointed_training(bool checkpointed) override { checkpointed_ = checkpointed; }
 
   // Through the portable checkpoint rather than torch::jit::save/load: what is checked is that
   // the weights survive the trip to storage and back onto this device; recompiling the module's
@@ -66,13 +68,16 @@ class PlacedTorchScript final : public PlacedModel {
   std::unique_ptr<PlacedModel> save_and_reload() const override {
     torch::jit::Module reloaded = leaf_copy(module_);
     assign(module_state(reloaded), checkpoint_round_trip(module_state(module_), device_));
-    return std::make_unique<PlacedTorchScript>(std::move(reloaded), device_, dtype_);
+    auto copy = std::make_unique<PlacedTorchScript>(std::move(reloaded), device_, dtype_);
+    copy->set_checkpointed_training(checkpointed_);
+    return copy;
   }
 
  private:
   torch::jit::Module module_;
   c10::Device device_;
   c10::ScalarType dtype_;
+  bool checkpointed_ = false;
 };
 
 class TorchScriptSource final : public ModelSource {

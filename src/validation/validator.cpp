@@ -357,7 +357,28 @@ class BackendValidation {
   c10::ScalarType storage_;
 };
 
+// The model with every placed copy set to checkpointed training (ValidatorOptions::checkpointing).
+class CheckpointedTraining final : public ModelSource {
+ public:
+  explicit CheckpointedTraining(const ModelSource& model) : model_(model) {}
+  std::string kind() const override { return model_.kind(); }
+  std::unique_ptr<PlacedModel> place(c10::Device device, c10::ScalarType dtype,
+                                     std::optional<c10::ScalarType> round_through) const override {
+    auto placed = model_.place(device, dtype, round_through);
+    placed->set_checkpointed_training(true);
+    return placed;
+  }
+
+ private:
+  const ModelSource& model_;
+};
+
 }  // namespace
+
+void PlacedModel::set_checkpointed_training(bool checkpointed) {
+  TORCH_CHECK_VALUE(!checkpointed, "this kind of model cannot be validated with checkpointed training (TorchScript "
+                    "and torch::nn models can); checkpoint inside the model instead");
+}
 
 int ValidationReport::passed() const {
   int count = 0;
@@ -431,8 +452,11 @@ ValidationReport Validator::validate(const ModelSource& model, const std::vector
   return validate(model, inputs);
 }
 
-ValidationReport Validator::validate(const ModelSource& model, const std::vector<at::Tensor>& inputs) const {
+ValidationReport Validator::validate(const ModelSource& given, const std::vector<at::Tensor>& inputs) const {
+  const CheckpointedTraining checkpointed(given);
+  const ModelSource& model = options_.checkpointing ? static_cast<const ModelSource&>(checkpointed) : given;
   ValidationReport report;
+  report.checkpointing = options_.checkpointing;
   report.model_kind = model.kind();
   report.precision = options_.precision;
   report.backends = options_.backends;

@@ -12,11 +12,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace torchbridge::validation {
@@ -101,6 +103,39 @@ TEST(Validator, TorchNnModuleIsValidOnCpuAndEmu) {
   ASSERT_EQ(of(report, "emu", "memory").size(), 1u);
   EXPECT_TRUE(of(report, "emu", "memory")[0].passed);
   EXPECT_TRUE(net->parameters()[0].device().is_cpu());  // the source is untouched
+}
+
+// Counts the forward passes that run with grad mode on; copies share the count.
+struct CountingNetImpl : torch::nn::Cloneable<CountingNetImpl> {
+  explicit CountingNetImpl(std::shared_ptr<std::atomic<int>> calls) : calls(std::move(calls)) { reset(); }
+  void reset() override { fc = register_module("fc", torch::nn::Linear(6, 3)); }
+  at::Tensor forward(const at::Tensor& x) {
+    if (at::GradMode::is_enabled()) ++*calls;
+    return fc(x);
+  }
+  torch::nn::Linear fc{nullptr};
+  std::shared_ptr<std::atomic<int>> calls;
+};
+TORCH_MODULE(CountingNet);
+
+// --checkpointing really trains through the recomputation: every forward pass with gradients runs
+// once more during backward, on every device, the reference included.
+TEST(Validator, CheckpointedTrainingRecomputesEveryTrainingForwardPass) {
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  torch::manual_seed(0);
+  CountingNet net(calls);
+  const auto source = model_from(torch::nn::AnyModule(net));
+  ValidatorOptions options{{"cpu", "emu"}, Precision::kFp32};
+  const auto plain = Validator(options).validate(*source, std::vector<std::vector<int64_t>>{{5, 6}});
+  const int plain_calls = calls->exchange(0);
+  options.checkpointing = true;
+  const auto checkpointed = Validator(options).validate(*source, std::vector<std::vector<int64_t>>{{5, 6}});
+  EXPECT_TRUE(plain.is_valid());
+  EXPECT_TRUE(checkpointed.is_valid());
+  EXPECT_FALSE(plain.checkpointing);
+  EXPECT_TRUE(checkpointed.checkpointing);
+  EXPECT_GT(plain_calls, 0);
+  EXPECT_EQ(calls->load(), 2 * plain_calls);
 }
 
 TEST(Validator, BuiltinTorchScriptModelsAreValidInEveryPrecision) {

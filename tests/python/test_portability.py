@@ -53,3 +53,17 @@ def test_bad_input_exits_1(args, message):
     run = subprocess.run([CONSOLE_SCRIPT, "portability", *args], capture_output=True, text=True, timeout=120)
     assert run.returncode == 1
     assert message in run.stderr
+
+
+def test_checkpointed_training_is_portable_too(tmp_path):
+    # --isolate: the emu child must train and validate through checkpointing as well (the merge
+    # refuses a part that did not).
+    run = portability("--output", str(tmp_path), "--checkpointing", "--isolate")
+    assert run.returncode == 0, run.stderr + run.stdout
+    report = json.loads(run.stdout)
+    assert report["passed"]
+    assert report["training"]["checkpointing"] is True
+    assert report["training"]["last_loss"] < report["training"]["first_loss"]
+    assert report["validation"]["checkpointing"] is True
+    validated = {b["backend"]: b for b in report["validation"]["backends"]}
+    assert set(validated) == {"cpu", "emu"} and all(b["passed"] == b["total"] > 0 for b in validated.values())

@@ -159,6 +159,18 @@ def test_cli_builtin_models_are_valid_with_every_value_in_json(model):
     assert {row["precision"] for row in report["tolerances"]} == {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8"}
 
 
+@pytest.mark.parametrize("isolate", [[], ["--isolate"]])
+def test_cli_checkpointed_training_validates_the_recomputed_backward(isolate):
+    run = validate_cli("--model", "builtin:transformer", "--backends", "cpu,emu", "--checkpointing", "--json", *isolate)
+    assert run.returncode == 0, run.stderr + run.stdout
+    report = json.loads(run.stdout)
+    assert report["checkpointing"] is True and report["valid"]
+    gradients = [c for c in report["checks"] if c["check"] == "gradient"]
+    assert {c["backend"] for c in gradients} == {"cpu", "emu"}
+    table = validate_cli("--model", "builtin:mlp", "--backends", "cpu", "--checkpointing")
+    assert table.returncode == 0 and "with checkpointed training" in table.stdout
+
+
 def test_cli_human_table_and_exit_code():
     run = validate_cli("--model", "builtin:mlp", "--backends", "cpu,emu", "--dtype", "bf16")
     assert run.returncode == 0, run.stderr

@@ -59,6 +59,10 @@ class PlacedModel {
   // the sum of a layer-normalised output, for one, has a zero gradient. Returns the outputs and
   // the gradients of parameters that require them, on the CPU. Earlier gradients are cleared.
   virtual RunResult run(const std::vector<at::Tensor>& inputs, const OutputWeights& output_weights) = 0;
+  // From now on (and in copies save_and_reload makes), run the forward pass of a run with output
+  // weights as one checkpointed region (torchbridge::memory::checkpoint), so the gradients come
+  // from a recomputed backward. Model kinds that cannot raise c10::ValueError (the default).
+  virtual void set_checkpointed_training(bool checkpointed);
   // This copy written in the model's own serialized form and read back onto the same device.
   virtual std::unique_ptr<PlacedModel> save_and_reload() const = 0;
 };
@@ -124,6 +128,7 @@ struct ValidationReport {
   std::string model_kind;
   Precision precision = Precision::kFp32;  // on the backends: fp64, fp32, bf16, fp16 or fp8
   std::string reference;  // e.g. "cpu float64"
+  bool checkpointing = false;  // ValidatorOptions::checkpointing
   std::vector<std::string> backends;
   std::vector<CheckRecord> checks;
   std::vector<std::string> not_checked;  // checks that do not apply, each with the reason
@@ -140,6 +145,10 @@ struct ValidatorOptions {
   std::vector<std::string> backends = {"cpu"};  // names or aliases, as `torchbridge info` lists them
   Precision precision = Precision::kFp32;       // fp64, fp32, bf16, fp16 or fp8 (weights); not tf32
   uint64_t seed = 0;                            // for generated inputs
+  // Train through activation checkpointing on every device, the reference included (each forward
+  // pass with gradients is one checkpointed region): the comparisons then cover the recomputed
+  // backward (`validate --checkpointing`).
+  bool checkpointing = false;
   // Called before each step, e.g. ("emu", "determinism", 3, 12); for progress displays.
   std::function<void(const std::string& backend, const std::string& step, int done, int total)> progress;
 };
