@@ -21,7 +21,9 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 int main(int argc, char** argv) {
   using namespace torchbridge;
