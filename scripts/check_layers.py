@@ -26,9 +26,10 @@ LAYERS = {
     "core": [],
     "backends": ["core"],
     "sdk": ["sdk-abi", "core", "backends"],
-    "checkpoint": ["core", "backends"],
     # Mixed precision for C++ programs: autocast scopes, loss scaling, FP8 layers.
     "amp": ["core", "backends"],
+    # Portable checkpoints; a training state carries a GradScaler's state (amp's plain struct).
+    "checkpoint": ["core", "backends", "amp"],
     # What one call does to a model for the hardware there: configuration, optimization levels.
     "optimize": ["core", "backends", "amp"],
     # Memory for training: activation checkpointing (its recomputation runs under the region's

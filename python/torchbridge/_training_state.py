@@ -1,11 +1,12 @@
-"""A Python training run's state in one safetensors file: ``checkpoint.save_state`` /
-``checkpoint.load_state``.
+"""A Python training run's state in one safetensors file: ``checkpoint.save_training_state`` /
+``checkpoint.load_training_state`` (and their older, shorter forms ``save_state`` / ``load_state``).
 
 The layout is the C++ core's (src/checkpoint/training_state.cpp), so both read the same names:
 ``model.<name>`` for parameters and persistent buffers, ``optimizer.<i>.<field>`` for optimizer
 state, ``rng.cpu`` / ``rng.<device>`` for generator states, and in ``__metadata__``: ``format``,
-``torchbridge.step``, ``torchbridge.epoch``, ``torchbridge.optimizer`` (JSON), ``torchbridge.source_*``
-and ``user.<key>``. The file is written by the C++ writer (atomic replacement)."""
+``torchbridge.step``, ``torchbridge.epoch``, ``torchbridge.optimizer`` (JSON), ``torchbridge.source_*``,
+``user.<key>``, and when given ``torchbridge.lr_scheduler`` / ``torchbridge.grad_scaler`` (JSON,
+see _training_extras). The file is written by the C++ writer (atomic replacement)."""
 
 import dataclasses
 import functools
@@ -16,6 +17,7 @@ import warnings
 import torch
 
 from . import _C, _optimizer_state, _placement
+from . import _training_extras as _extras
 from . import _safetensors_io as _files
 
 FORMAT = "torchbridge.training_state/1"
@@ -30,7 +32,7 @@ class TrainingProgress:
 
     step: int
     epoch: int
-    metadata: "dict[str, str]"
+    metadata: "dict[str, str]"  # the ``extra`` (``metadata``) dict given when saving
     source_backend: str
     source_devices: "dict[str, str]"
     source_dtypes: "dict[str, torch.dtype]"
@@ -38,17 +40,37 @@ class TrainingProgress:
     unexpected_keys: "list[str]" = dataclasses.field(default_factory=list)
     restored_rng: "list[str]" = dataclasses.field(default_factory=list)
 
+    @property
+    def extra(self) -> "dict[str, str]":
+        """The ``extra`` dict given to ``save_training_state`` (the same as ``metadata``)."""
+        return self.metadata
+
 
 # ---- saving ---------------------------------------------------------------------------------------
+def save_training_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer | None" = None,
+                        scheduler: "torch.optim.lr_scheduler.LRScheduler | None" = None, scaler=None, *,
+                        step: int = 0, epoch: int = 0, extra: "dict[str, str] | None" = None) -> str:
+    """Writes ``model``'s parameters and persistent buffers, ``optimizer``'s state (any
+    torch.optim optimizer whose state is tensors and JSON values), ``scheduler``'s state (an LR
+    scheduler of ``optimizer``), ``scaler``'s state (torch.amp.GradScaler or
+    torchbridge.amp.GradScaler), the CPU generator and the current accelerator's generators,
+    ``step``/``epoch``, ``extra`` (str -> str) and the source backend, devices and dtypes to
+    ``path``, atomically. Returns the path."""
+    return _save(path, model, optimizer, scheduler, scaler, step, epoch, extra)
+
+
 def save_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer | None" = None, *,
                step: int = 0, epoch: int = 0, metadata: "dict[str, str] | None" = None) -> str:
-    """Writes ``model``'s parameters and persistent buffers, ``optimizer``'s state (any
-    torch.optim optimizer whose state is tensors and JSON values), the CPU generator and the current
-    accelerator's generators, ``step``/``epoch``, ``metadata`` (str -> str) and the source
-    backend, devices and dtypes to ``path``. Returns the path."""
+    """``save_training_state`` without a scheduler or scaler (``metadata`` is its ``extra``)."""
+    return _save(path, model, optimizer, None, None, step, epoch, metadata)
+
+
+def _save(path, model, optimizer, scheduler, scaler, step, epoch, metadata) -> str:
     path = _check_path(path)
     _check_model(model)
     _check_optimizer(optimizer)
+    _extras.check_scheduler(scheduler, optimizer)
+    _extras.check_scaler(scaler)
     for label, value in (("step", step), ("epoch", epoch)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{label} must be an int, got {type(value).__name__}")
@@ -82,16 +104,22 @@ def save_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer |
     tensors[_RNG + "cpu"] = torch.get_rng_state()
     for device in _accelerator_devices():
         tensors[_RNG + str(device)] = torch.get_device_module(device.type).get_rng_state(device.index)
+    if scheduler is not None:
+        header[_extras.SCHEDULER_KEY] = _extras.encode_scheduler(scheduler)
+    if scaler is not None and (scaler_json := _extras.encode_scaler(scaler)) is not None:
+        header[_extras.SCALER_KEY] = scaler_json
     header.update({"user." + key: value for key, value in user.items()})
     _files.save(path, tensors, metadata=header)
     return path
 
 
 # ---- loading --------------------------------------------------------------------------------------
-def load_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer | None" = None, *,
-               device_map=None, dtype_policy: str = "keep", strict: bool = True) -> TrainingProgress:
-    """Restores a state written by ``save_state`` (or by the C++ ``save_training_state``) into
-    ``model`` and ``optimizer``, plus the generators this process has, and returns the progress.
+def load_training_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer | None" = None,
+                        scheduler: "torch.optim.lr_scheduler.LRScheduler | None" = None, scaler=None, *,
+                        device_map=None, dtype_policy: str = "keep", strict: bool = True) -> TrainingProgress:
+    """Restores a state written by ``save_training_state`` (or by the C++ ``save_training_state``)
+    into ``model``, ``optimizer``, ``scheduler`` and ``scaler``, plus the generators this process
+    has, and returns the progress.
 
     ``device_map``: None (tensors stay on the devices the model has them on), a dict of module-name
     prefix -> device (longest prefix wins, "" matches all), "auto" or "auto:<backend>" (top-level
@@ -99,12 +127,25 @@ def load_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer |
     "cast:<dtype>" or "convert_unsupported". ``strict=False`` skips model names only one side has
     (listed in the result); shapes and the optimizer must match regardless.
 
-    Everything is checked, and every tensor is read, converted and placed, before the model, the
-    optimizer or a generator changes; a failure leaves all of them as they were. Gradients are
-    cleared, since they belong to the replaced weights."""
+    A scheduler or scaler given must have been saved (a disabled scaler loads nothing, as in
+    torch). Everything is checked, and every tensor is read, converted and placed, before the
+    model, the optimizer, the scheduler, the scaler or a generator changes; a failure leaves all of
+    them as they were. Gradients are cleared, since they belong to the replaced weights."""
+    return _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, strict)
+
+
+def load_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer | None" = None, *,
+               device_map=None, dtype_policy: str = "keep", strict: bool = True) -> TrainingProgress:
+    """``load_training_state`` without a scheduler or scaler."""
+    return _load(path, model, optimizer, None, None, device_map, dtype_policy, strict)
+
+
+def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, strict) -> TrainingProgress:
     path = _check_path(path)
     _check_model(model)
     _check_optimizer(optimizer)
+    _extras.check_scheduler(scheduler, optimizer)
+    _extras.check_scaler(scaler)
     if not isinstance(strict, bool):
         raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
     policy = _placement.DtypePolicy(dtype_policy)
@@ -136,6 +177,13 @@ def load_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer |
             {n: t for n, t in saved.items() if n.startswith(_optimizer_state.PREFIX)}, optimizer,
             written_by_cpp=header.get("torchbridge.writer") != "python")
 
+    scheduler_state = None
+    if scheduler is not None:
+        if _extras.SCHEDULER_KEY not in header:
+            raise ValueError(f"{path}: the state was saved without an LR scheduler, but one was given")
+        scheduler_state = _extras.decode_scheduler(path, header[_extras.SCHEDULER_KEY])
+    scaler_state = _extras.decode_scaler(path, header, scaler) if scaler is not None else None
+
     loaded = [name for name in model_state if name in saved_names]
     device_map = _placement.parse_device_map(device_map, [(n, model_state[n].nbytes) for n in loaded])
     rng = _rng_to_restore(path, saved)
@@ -152,6 +200,9 @@ def load_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer |
     # last, and everything before it is undone if it does.
     previous_rng = {key: get() for key, (get, _, _) in rng.items()}
     previous = {name: (model_state[name].data, model_state[name].grad) for name in staged}
+    # Stateful objects that loaded, with their earlier state_dicts (load_state_dict copies what it
+    # is given, so those reload as they were); undone in reverse if a later one fails.
+    undo = []
     try:
         for key, (_, set_state, state) in rng.items():
             set_state(state)
@@ -159,9 +210,14 @@ def load_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer |
             for name, tensor in staged.items():
                 model_state[name].data = tensor
                 model_state[name].grad = None
-        if optimizer is not None:
-            optimizer.load_state_dict(optimizer_state)
+        for target, state in ((optimizer, optimizer_state), (scheduler, scheduler_state), (scaler, scaler_state)):
+            if target is not None and state is not None:
+                earlier = target.state_dict()
+                target.load_state_dict(state)
+                undo.append((target, earlier))
     except BaseException:
+        for target, earlier in reversed(undo):
+            target.load_state_dict(earlier)
         for name, (data, grad) in previous.items():
             model_state[name].data = data
             model_state[name].grad = grad

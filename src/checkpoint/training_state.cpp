@@ -16,6 +16,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/nn/module.h>
@@ -98,6 +99,13 @@ void save_state_of(const std::string& path, const NamedTensors& model_state, con
       {"torchbridge.source_backend", detect_best_backend()},
   };
   for (const auto& [key, value] : progress.user_metadata) metadata["user." + key] = value;
+  if (progress.grad_scaler) metadata["torchbridge.grad_scaler"] = grad_scaler_to_json(*progress.grad_scaler);
+  if (!progress.lr_scheduler.empty()) {
+    const json scheduler = json::parse(progress.lr_scheduler, nullptr, /*allow_exceptions=*/false);
+    TORCH_CHECK_VALUE(scheduler.is_object(), path, ": TrainingProgress::lr_scheduler is not a JSON object: '",
+                      progress.lr_scheduler.substr(0, 80), "'");
+    metadata["torchbridge.lr_scheduler"] = progress.lr_scheduler;
+  }
   save(path, tensors, metadata);
 }
 
@@ -139,7 +147,7 @@ StagedRestore stage(const SafetensorsFile& file, const NamedTensors& model_state
   const TrainingMetadata metadata = read_training_metadata(file.metadata(), file.path());
   check_shapes_and_groups(file, model_state, optimizer, metadata);
   StagedRestore staged;
-  staged.progress = {metadata.step, metadata.epoch, metadata.user};
+  staged.progress = {metadata.step, metadata.epoch, metadata.user, metadata.grad_scaler, metadata.lr_scheduler};
 
   RestoreOptions placement = options;
   if (!options.auto_backend.empty()) {

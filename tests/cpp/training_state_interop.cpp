@@ -1,11 +1,18 @@
 // The C++ side of the Python training-state interchange test (tests/python/test_training_state.py):
 // the same run as training_state_test.cpp (Linear(6,8)-Tanh-Linear(8,2), batch from seed 99),
 // saved or resumed through save_training_state / load_training_state.
-//   training_state_interop save   STATE OPTIMIZER STEPS      train a fresh model, save the state
-//   training_state_interop resume STATE OPTIMIZER STEPS OUT  restore, train on, write the parameters to OUT
+//   training_state_interop save   STATE OPTIMIZER STEPS [--scaler]      train a fresh model, save the state
+//   training_state_interop resume STATE OPTIMIZER STEPS OUT [--scaler]  restore, train on, write the
+//                                                                        parameters (and the scale) to OUT
+//   training_state_interop rewrite IN OUT OPTIMIZER   restore IN and save it again as OUT, carrying the
+//                                                     progress (GradScaler and LR scheduler states) through
+// --scaler: loss scaling by torchbridge::amp::GradScaler (growth_interval 2, so the scale moves),
+// saved in and restored from TrainingProgress::grad_scaler.
+#include <torchbridge/amp/grad_scaler.h>
 #include <torchbridge/checkpoint/safetensors.h>
 #include <torchbridge/checkpoint/training_state.h>
 
+#include <ATen/ops/scalar_tensor.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
@@ -16,6 +23,7 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -35,39 +43,72 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& type,
   throw std::invalid_argument("unknown optimizer " + type);
 }
 
-void train(torch::nn::Sequential& model, torch::optim::Optimizer& optimizer, int steps) {
+torchbridge::amp::GradScalerOptions scaler_options() {
+  torchbridge::amp::GradScalerOptions options;
+  options.growth_interval = 2;
+  return options;
+}
+
+void train(torch::nn::Sequential& model, torch::optim::Optimizer& optimizer, int steps,
+           torchbridge::amp::GradScaler* scaler) {
   torch::manual_seed(99);
   const at::Tensor x = torch::randn({16, 6}), y = torch::randn({16, 2});
   for (int i = 0; i < steps; ++i) {
     optimizer.zero_grad();
-    torch::mse_loss(model->forward(x), y).backward();
-    optimizer.step();
+    const at::Tensor loss = torch::mse_loss(model->forward(x), y);
+    if (scaler == nullptr) {
+      loss.backward();
+      optimizer.step();
+      continue;
+    }
+    scaler->scale(loss).backward();
+    scaler->step(optimizer);
+    scaler->update();
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string mode = argc > 1 ? argv[1] : "";
-  if (!((mode == "save" && argc == 5) || (mode == "resume" && argc == 6))) {
-    std::fprintf(stderr, "usage: %s save STATE OPTIMIZER STEPS | resume STATE OPTIMIZER STEPS OUT\n", argv[0]);
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const std::string mode = args.empty() ? "" : args[0];
+  const bool with_scaler = !args.empty() && args.back() == "--scaler";
+  const size_t positional = args.size() - (with_scaler ? 1 : 0);
+  if (!((mode == "save" && positional == 4) || (mode == "resume" && positional == 5) ||
+        (mode == "rewrite" && positional == 4 && !with_scaler))) {
+    std::fprintf(stderr,
+                 "usage: %s save STATE OPTIMIZER STEPS [--scaler] | resume STATE OPTIMIZER STEPS OUT [--scaler] | "
+                 "rewrite IN OUT OPTIMIZER\n",
+                 argv[0]);
     return 2;
   }
   try {
     torch::manual_seed(mode == "save" ? 1 : 7);  // a resumed model's own weights must all be replaced
     torch::nn::Sequential model(torch::nn::Linear(6, 8), torch::nn::Tanh(), torch::nn::Linear(8, 2));
-    auto optimizer = make_optimizer(argv[3], model);
-    const int steps = std::stoi(argv[4]);
-    if (mode == "save") {
-      train(model, *optimizer, steps);
-      save_training_state(argv[2], *model, *optimizer, {steps, 1, {{"writer", "c++"}}});
+    if (mode == "rewrite") {
+      auto optimizer = make_optimizer(args[3], model);
+      const TrainingProgress progress = load_training_state(args[1], *model, *optimizer);
+      save_training_state(args[2], *model, *optimizer, progress);
       return 0;
     }
-    load_training_state(argv[2], *model, *optimizer);
-    train(model, *optimizer, steps);
+    auto optimizer = make_optimizer(args[2], model);
+    const int steps = std::stoi(args[3]);
+    std::optional<torchbridge::amp::GradScaler> scaler;
+    if (with_scaler) scaler.emplace(scaler_options());
+    if (mode == "save") {
+      train(model, *optimizer, steps, scaler ? &*scaler : nullptr);
+      TrainingProgress progress{steps, 1, {{"writer", "c++"}}};
+      if (scaler) progress.grad_scaler = scaler->state_dict();
+      save_training_state(args[1], *model, *optimizer, progress);
+      return 0;
+    }
+    const TrainingProgress progress = load_training_state(args[1], *model, *optimizer);
+    if (scaler) scaler->load_state_dict(progress.grad_scaler);
+    train(model, *optimizer, steps, scaler ? &*scaler : nullptr);
     std::vector<std::pair<std::string, at::Tensor>> parameters;
     for (const auto& item : model->named_parameters()) parameters.emplace_back(item.key(), item.value().detach());
-    save(argv[5], parameters, {});
+    if (scaler) parameters.emplace_back("scale", at::scalar_tensor(scaler->get_scale(), at::kDouble));
+    save(args[4], parameters, {});
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -244,6 +244,63 @@ TEST(TrainingStateErrors, AFailingOptimizerLoadLeavesModelAndOptimizerUntouched)
   EXPECT_FALSE(unchanged(before, run));
 }
 
+// A GradScaler's and an LR scheduler's state ride in the progress: saved when set, returned by a
+// restore exactly (the scale as a double, the scheduler's JSON byte for byte), absent when unset.
+TEST(TrainingStateProgress, GradScalerAndSchedulerStatesRoundTrip) {
+  auto model = make_model(1);
+  auto adam = make_optimizer("Adam", model);
+  train(model, *adam, 2, c10::Device(c10::kCPU));
+  const std::string path = ::testing::TempDir() + "state_scaler.safetensors";
+  TrainingProgress progress{3, 0, {}};
+  progress.grad_scaler = amp::GradScalerState{1.0 / 3.0 * 65536.0, 2.0, 0.5, 2000, 17};
+  progress.lr_scheduler = R"({"last_epoch": 3, "best": {"__float__": "inf"}, "_last_lr": [0.001]})";
+  save_training_state(path, *model, *adam, progress);
+  const TrainingProgress restored = load_training_state(path, *model, *adam);
+  ASSERT_TRUE(restored.grad_scaler.has_value());
+  EXPECT_EQ(restored.grad_scaler->scale, progress.grad_scaler->scale);  // bitwise: JSON keeps doubles exactly
+  EXPECT_EQ(restored.grad_scaler->growth_interval, 2000);
+  EXPECT_EQ(restored.grad_scaler->growth_tracker, 17);
+  EXPECT_EQ(restored.lr_scheduler, progress.lr_scheduler);
+
+  const std::string plain = ::testing::TempDir() + "state_plain.safetensors";
+  save_training_state(plain, *model, *adam, {3, 0, {}});
+  const TrainingProgress without = load_training_state(plain, *model, *adam);
+  EXPECT_FALSE(without.grad_scaler.has_value());
+  EXPECT_TRUE(without.lr_scheduler.empty());
+}
+
+TEST(TrainingStateErrors, MalformedScalerOrSchedulerStatesAreNamedAndChangeNothing) {
+  // Named members, not a structured binding: the lambdas below capture them (clang < 16 refuses
+  // to capture structured bindings).
+  auto saved = saved_adam_run("state_extras.safetensors");
+  const std::string& path = saved.first;
+  SavedRun& run = saved.second;
+  const auto before = snapshot(run);
+  const auto broken = [&](const std::string& key, const std::string& value, const std::string& expected) {
+    const std::string crafted =
+        rewritten(path, "state_crafted_extras.safetensors", [&](NamedTensors&, auto& metadata) { metadata[key] = value; });
+    const std::string error = error_of([&] { load_training_state(crafted, *run.model, *run.optimizer); });
+    EXPECT_NE(error.find(expected), std::string::npos) << key << "=" << value << ": " << error;
+    EXPECT_TRUE(unchanged(before, run)) << key << "=" << value;
+  };
+  broken("torchbridge.grad_scaler", "{\"scale\": 2.0", "'torchbridge.grad_scaler' is not JSON");
+  broken("torchbridge.grad_scaler", "[1, 2]", "'torchbridge.grad_scaler' is not a JSON object but array");
+  broken("torchbridge.grad_scaler",
+         R"({"scale": "big", "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000, "_growth_tracker": 0})",
+         "'scale' is \"big\", expected a number");
+  broken("torchbridge.grad_scaler",
+         R"({"scale": 2.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2.5, "_growth_tracker": 0})",
+         "'growth_interval' is 2.5, expected an integer");
+  broken("torchbridge.grad_scaler", R"({"scale": 2.0})", "has 1 entries; a GradScaler state has scale");
+  broken("torchbridge.lr_scheduler", "last_epoch=3", "'torchbridge.lr_scheduler' is not JSON");
+
+  TrainingProgress progress{1, 0, {}};
+  progress.lr_scheduler = "[1, 2]";
+  const std::string target = ::testing::TempDir() + "state_bad_scheduler.safetensors";
+  const std::string error = error_of([&] { save_training_state(target, *run.model, *run.optimizer, progress); });
+  EXPECT_NE(error.find("TrainingProgress::lr_scheduler is not a JSON object: '[1, 2]'"), std::string::npos) << error;
+}
+
 TEST(TrainingStateErrors, AnUnsupportedOptimizerIsNamed) {
   auto model = make_model(1);
   torch::optim::RMSprop rmsprop(model->parameters(), torch::optim::RMSpropOptions(0.01));

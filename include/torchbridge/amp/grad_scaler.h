@@ -9,6 +9,8 @@
 //   scaler.step(optimizer);  // unscales, skips the step when a gradient is inf/NaN
 //   scaler.update();         // backs off after a skip, grows after growth_interval clean steps
 
+#include <torchbridge/amp/grad_scaler_state.h>
+
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>
@@ -39,16 +41,6 @@ struct GradScalerOptions {
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
   bool enabled = true;
-};
-
-// What torch's state_dict holds, under the same names: "scale", "growth_factor",
-// "backoff_factor", "growth_interval", "_growth_tracker".
-struct GradScalerState {
-  double scale = 0;
-  double growth_factor = 0;
-  double backoff_factor = 0;
-  int64_t growth_interval = 0;
-  int64_t growth_tracker = 0;
 };
 
 // Where torch accepts nonsense silently (a zero, negative or non-finite scale, growth_interval <=

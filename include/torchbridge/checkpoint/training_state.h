@@ -1,8 +1,11 @@
 #pragma once
 // A training run's full state in one safetensors file: model parameters and buffers, optimizer
 // state (SGD with momentum, Adam, AdamW: moment buffers, step counts, hyper-parameters), RNG
-// states per backend, step/epoch counters and user metadata. Restoring can place the model on
+// states per backend, step/epoch counters, user metadata, and optionally a GradScaler's state and
+// an LR scheduler's state (the Python side's save_training_state writes both). Restoring can place the model on
 // other devices and change dtypes, so a run saved on one backend resumes on another.
+
+#include <torchbridge/amp/grad_scaler_state.h>
 
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
@@ -30,6 +33,13 @@ struct TrainingProgress {
   int64_t step = 0;
   int64_t epoch = 0;
   std::map<std::string, std::string> user_metadata;
+  // torch.amp.GradScaler's state_dict (amp::GradScaler::state_dict() gives it, load_state_dict
+  // takes it): saved when set, set by a restore when the file holds one.
+  std::optional<amp::GradScalerState> grad_scaler;
+  // An LR scheduler's state_dict as JSON (an object), as Python's save_training_state writes it.
+  // LibTorch's schedulers keep no state to save, so C++ only carries it: a restore returns what
+  // the file holds (empty when none) and a save writes it back, so a run can pass through C++.
+  std::string lr_scheduler;
 };
 
 enum class DtypePolicy {
