@@ -32,8 +32,14 @@ Writes the model and verifies the file by reading it back:
                 input of --input-shape (default for built-in models: their own) must be identical
   safetensors   the parameters and buffers as a safetensors state dict; every tensor must read
                 back bit for bit
-  onnx          needs torch.onnx, i.e. Python: use the Python package's `torchbridge export`
-                (pip install . from the repository) or torchbridge.deployment.export_to_onnx
+  exported      a torch.export program (.pt2, torch.export.save); torch.jit's successor. Its
+                outputs on a random input of --input-shape must be identical
+  aoti          an AOTInductor package (.pt2) compiled for the CPU, which C++ runs with
+                torchbridge::CompiledModel; outputs within rtol 1e-4, atol 1e-5 (its own kernels)
+  onnx          an ONNX graph, checked in onnxruntime
+The last three need torch.export / torch.onnx, i.e. Python: the Python package's `torchbridge
+export` (pip install . from the repository) runs them; torchbridge.deployment has them as
+functions (export_to_exported_program, export_to_aoti, export_to_onnx).
 )";
 
 at::Tensor first_output(torch::jit::Module& module, const std::vector<at::Tensor>& inputs) {
@@ -84,17 +90,17 @@ int run_export(const std::vector<std::string>& args) {
   }
   const std::string& format = *parsed.option("--format");
   const std::string& output = *parsed.option("--output");
-  if (format == "onnx") {
-    throw UsageError("--format onnx needs torch.onnx, which only Python has: run the Python package's "
-                     "`torchbridge export` (pip install . from the repository) or "
-                     "torchbridge.deployment.export_to_onnx");
+  if (format == "onnx" || format == "exported" || format == "aoti") {
+    throw UsageError("--format " + format + " needs " + (format == "onnx" ? "torch.onnx" : "torch.export") +
+                     ", which only Python has: run the Python package's `torchbridge export` (pip install . from "
+                     "the repository) or torchbridge.deployment");
   }
   if (format != "torchscript" && format != "safetensors") {
-    throw UsageError("--format '" + format + "' is not one of torchscript, safetensors, onnx");
+    throw UsageError("--format '" + format + "' is not one of torchscript, safetensors, exported, aoti, onnx");
   }
   if (format == "safetensors" && parsed.option("--input-shape")) {
     throw UsageError("--input-shape is not used by --format safetensors (it writes tensors, running nothing); "
-                     "it sets the sample input of torchscript and onnx exports");
+                     "it sets the sample input of the other formats");
   }
   const auto parent = std::filesystem::absolute(output).parent_path();
   if (!std::filesystem::is_directory(parent)) throw UsageError("--output: directory '" + parent.string() + "' does not exist");

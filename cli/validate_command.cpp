@@ -6,6 +6,7 @@
 #include "model_argument.h"
 #include "text_format.h"
 
+#include <torchbridge/optimize/compiled_model.h>
 #include <torchbridge/parse_integer.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/validation/builtin_models.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <iostream>
@@ -30,7 +32,8 @@ namespace torchbridge::cli {
 namespace {
 
 constexpr const char* kHelp = R"(usage: torchbridge validate --model builtin:NAME|FILE [--backends LIST] [--dtype PRECISION]
-                            [--input-shape SHAPE] [--seed N] [--checkpointing] [--isolate] [--json]
+                            [--input-shape SHAPE] [--seed N] [--checkpointing] [--isolate]
+                            [--compiled PACKAGE] [--json]
 
 Runs the model's forward and backward on the CPU in float64 (the reference) and on each backend,
 and checks outputs and gradients against the reference, NaN/Inf, determinism, a save-and-reload
@@ -51,6 +54,10 @@ round trip, and that device memory returns to its baseline. Exit 0 only when eve
                 crashes is reported as a failed check instead of ending the run. SDK devices are
                 always validated in a child process when the list also names a native
                 accelerator such as cuda: PyTorch's autograd serves one accelerator per process.
+  --compiled    an AOTInductor package (.pt2) compiled from the model (torchbridge export
+                --format aoti, or torch._inductor.aoti_compile_and_package): also run it, on the
+                device it was compiled for, and check its outputs against the reference under
+                the fp32 bound (backend "compiled" in the report; fp32 only)
   --json        the full report as JSON (every measured value), no progress display
 )";
 
@@ -134,7 +141,8 @@ void print_table(const validation::ValidationReport& report, const std::string& 
 
 int run_validate(const std::vector<std::string>& args) {
   const ParsedArguments parsed = parse_arguments(
-      "validate", args, {{"--json", "--isolate", "--checkpointing"}, {"--model", "--backends", "--dtype", "--input-shape", "--seed"}, false});
+      "validate", args, {{"--json", "--isolate", "--checkpointing"},
+                                {"--model", "--backends", "--dtype", "--input-shape", "--seed", "--compiled"}, false});
   if (parsed.has("--help")) {
     std::cout << kHelp;
     return 0;
@@ -148,6 +156,15 @@ int run_validate(const std::vector<std::string>& args) {
   options.checkpointing = parsed.has("--checkpointing");
   const ModelArgument model = load_model_argument(*model_spec);
   const auto shapes = input_shapes_for(model, parsed.option("--input-shape"), "validation");
+  // Loaded before any validation, so a wrong file or dtype gives no report.
+  std::optional<CompiledModel> compiled;
+  if (const auto* package = parsed.option("--compiled")) {
+    if (options.precision != Precision::kFp32) {
+      throw UsageError("--compiled checks the package in fp32 (it computes in the dtype it was compiled for); "
+                       "leave out --dtype " + std::string(name_of(options.precision)));
+    }
+    compiled.emplace(*package);
+  }
   const bool json = parsed.has("--json");
   const bool show_progress = !json && isatty(STDERR_FILENO) != 0;
   if (show_progress) {
@@ -185,7 +202,20 @@ int run_validate(const std::vector<std::string>& args) {
     parts.push_back(validate_in_child(name, child_args, options.precision));
   }
   if (show_progress) std::cerr << "\r\033[K" << std::flush;
-  const validation::ValidationReport report = merge_reports(parts, options.backends);
+  validation::ValidationReport report = merge_reports(parts, options.backends);
+  if (compiled) {
+    if (show_progress) std::cerr << "\r\033[Kcompiled: running the package" << std::flush;
+    const auto start = std::chrono::steady_clock::now();
+    const auto source = validation::model_from(model.module);
+    const auto run = [&](const std::vector<at::Tensor>& inputs) { return compiled->run(inputs); };
+    for (auto& check : validation::check_compiled(*source, shapes, options.seed, "compiled", compiled->device(), run)) {
+      report.checks.push_back(std::move(check));
+    }
+    report.backends.push_back("compiled");
+    report.timings.push_back(
+        {"compiled", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+    if (show_progress) std::cerr << "\r\033[K" << std::flush;
+  }
   if (json) {
     std::cout << validation::report_json(report) << "\n";
   } else {

@@ -63,17 +63,27 @@ def _run(argv: "list[str]") -> int:
     return 0
 
 
+# Formats that need torch.onnx or torch.export, so they run here: (exporter, what verified them).
+_PYTHON_EXPORTS = {
+    "onnx": ("export_to_onnx", "verified in onnxruntime"),
+    "exported": ("export_to_exported_program", "verified by torch.export.load"),
+    "aoti": ("export_to_aoti", "verified by aoti_load_package"),
+}
+
+
 def _export(argv: "list[str]") -> int:
-    """``export --format onnx`` needs torch.onnx, so it runs here; the other formats run the
-    same C++ code as the ``torchbridge`` binary."""
+    """``export --format onnx|exported|aoti`` need torch.onnx / torch.export, so they run here;
+    the other formats run the same C++ code as the ``torchbridge`` binary."""
     options = _options(argv, ("--model", "--format", "--output", "--input-shape"))
-    if options is None or options.get("--format") != "onnx":
+    if options is None or options.get("--format") not in _PYTHON_EXPORTS:
         sys.stdout.flush()
         return _C.run_cli(["export"] + list(argv), _SELF_COMMAND)
+    export_format = options["--format"]
+    exporter_name, verified_by = _PYTHON_EXPORTS[export_format]
     try:
         import torch
 
-        from .deployment import export_to_onnx
+        from . import deployment
         from .validation import builtin_model
 
         for required in ("--model", "--output"):
@@ -94,13 +104,13 @@ def _export(argv: "list[str]") -> int:
                                  f"{str(error).splitlines()[0]}") from None
             shape = options.get("--input-shape")
             if shape is None:
-                raise ValueError("--format onnx verifies the file on a sample input: give --input-shape")
+                raise ValueError(f"--format {export_format} verifies the file on a sample input: give --input-shape")
         sample = tuple(torch.randn(_C.parse_shape(s)) for s in shape.split(";"))
-        result = export_to_onnx(model, output_path=options["--output"], sample_input=sample)
+        result = getattr(deployment, exporter_name)(model, output_path=options["--output"], sample_input=sample)
     except (ValueError, TypeError, ImportError, RuntimeError) as error:
         print(f"torchbridge: {str(error).splitlines()[0]}", file=sys.stderr)
         return 1
-    print(f"wrote {result} (onnx, {spec}), verified in onnxruntime: max abs error {result.max_abs_error:.3g}")
+    print(f"wrote {result} ({export_format}, {spec}), {verified_by}: max abs error {result.max_abs_error:.3g}")
     return 0
 
 

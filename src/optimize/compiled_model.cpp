@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -27,20 +28,49 @@ std::size_t count_leaves(const nlohmann::json& spec) {
   return leaves;
 }
 
+// What the package says about itself; raises naming the file when it is missing or not a package.
+std::map<std::string, std::string> package_metadata(const std::string& package_path) {
+  TORCH_CHECK_VALUE(std::filesystem::is_regular_file(package_path), "AOTInductor package '", package_path,
+                    "' does not exist or is not a file");
+  std::unordered_map<std::string, std::string> metadata;
+  try {
+    metadata = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(package_path, "model");
+  } catch (const std::exception& e) {
+    // A zip without an AOTInductor model: a torch.export program (also .pt2), any other archive.
+    std::string reason = e.what();
+    reason = reason.substr(0, reason.find('\n'));
+    TORCH_CHECK_VALUE(false, "'", package_path, "' is not an AOTInductor package (", reason,
+                      "); a torch.export program (torch.export.save) is also a .pt2 but holds no compiled model: "
+                      "compile one with torch._inductor.aoti_compile_and_package");
+  }
+  const auto key = metadata.find("AOTI_DEVICE_KEY");
+  TORCH_CHECK_VALUE(key != metadata.end(), "'", package_path, "' has no AOTI_DEVICE_KEY: not an AOTInductor package");
+  return {metadata.begin(), metadata.end()};
+}
+
 }  // namespace
+
+namespace {
+
+// The device a package runs on when none is named: its device type, index 0 where devices have
+// indices (AOTInductor's CPU runner refuses a CPU device with one).
+c10::Device default_device_of(const std::string& package_path) {
+  const c10::Device type(package_metadata(package_path).at("AOTI_DEVICE_KEY"));
+  return type.is_cpu() ? type : c10::Device(type.type(), 0);
+}
+
+}  // namespace
+
+CompiledModel::CompiledModel(const std::string& package_path)
+    : CompiledModel(package_path, default_device_of(package_path)) {}
 
 CompiledModel::CompiledModel(const std::string& package_path, c10::Device device)
     : device_(device), path_(package_path) {
-  TORCH_CHECK_VALUE(std::filesystem::is_regular_file(package_path), "AOTInductor package '", package_path,
-                    "' does not exist or is not a file");
+  metadata_ = package_metadata(package_path);
   // The generated code checks every input's device, dtype and shape only when this is set; it reads
   // it once. An explicit setting by the user wins.
   setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", /*overwrite=*/0);
-  for (const auto& [key, value] : torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(package_path, "model")) {
-    metadata_[key] = value;
-  }
   const auto key = metadata_.find("AOTI_DEVICE_KEY");
-  TORCH_CHECK_VALUE(key != metadata_.end(), "'", package_path, "' has no AOTI_DEVICE_KEY: not an AOTInductor package");
   TORCH_CHECK_VALUE(key->second == c10::DeviceTypeName(device.type(), /*lower_case=*/true),
                     "AOTInductor package '", package_path, "' was compiled for ", key->second, ", not for ", device,
                     "; compile it on a machine with that device (torch._inductor.aoti_compile_and_package)");

@@ -444,12 +444,61 @@ Validator::Validator(ValidatorOptions options) : options_(std::move(options)) {
   for (const auto& name : options_.backends) backends_.push_back(create_backend(name));
 }
 
-ValidationReport Validator::validate(const ModelSource& model, const std::vector<std::vector<int64_t>>& shapes) const {
+namespace {
+
+std::vector<at::Tensor> generated_inputs(const std::vector<std::vector<int64_t>>& shapes, uint64_t seed) {
   TORCH_CHECK_VALUE(!shapes.empty(), "no input shapes given");
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(options_.seed);
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::vector<at::Tensor> inputs;
   for (const auto& shape : shapes) inputs.push_back(at::randn(shape, generator, at::TensorOptions()));
-  return validate(model, inputs);
+  return inputs;
+}
+
+}  // namespace
+
+ValidationReport Validator::validate(const ModelSource& model, const std::vector<std::vector<int64_t>>& shapes) const {
+  return validate(model, generated_inputs(shapes, options_.seed));
+}
+
+std::vector<CheckRecord> check_compiled(const ModelSource& model, const std::vector<std::vector<int64_t>>& shapes,
+                                        uint64_t seed, const std::string& name, c10::Device device,
+                                        const CompiledRun& run) {
+  const std::vector<at::Tensor> inputs = generated_inputs(shapes, seed);
+  // Forward only, in float64 on the same float32 values.
+  const RunResult reference = model.place(c10::Device(c10::kCPU), at::kDouble)->run(inputs, OutputWeights());
+  std::vector<CheckRecord> checks;
+  const std::string where = device.str();
+  std::vector<at::Tensor> outputs;
+  try {
+    std::vector<at::Tensor> placed;
+    for (const auto& input : inputs) placed.push_back(input.to(device));
+    outputs = run(placed);
+  } catch (const std::exception& e) {
+    checks.push_back({name, where, CheckKind::kRun, "model", false, std::nullopt, error_summary(e.what())});
+    return checks;
+  }
+  const bool same_count = outputs.size() == reference.outputs.size();
+  checks.push_back({name, where, CheckKind::kRun, "model", same_count,
+                    std::nullopt,
+                    same_count ? "ran" : "returned " + std::to_string(outputs.size()) + " outputs, the model " +
+                                             std::to_string(reference.outputs.size())});
+  if (!same_count) return checks;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const std::string subject = "output " + std::to_string(i);
+    const at::Tensor result = outputs[i].cpu();
+    if (result.sizes() != reference.outputs[i].sizes()) {
+      std::ostringstream detail;
+      detail << "shape " << result.sizes() << ", the model's " << reference.outputs[i].sizes();
+      checks.push_back({name, where, CheckKind::kOutput, subject, false, std::nullopt, detail.str()});
+      continue;
+    }
+    const OutputCheck check = check_output(result, reference.outputs[i], Precision::kFp32);
+    std::ostringstream detail;
+    detail << (check.within ? "within" : "outside") << " the fp32 bound: relative L2 error "
+           << check.metrics.rel_l2_error << ", cosine " << check.metrics.cosine_similarity;
+    checks.push_back({name, where, CheckKind::kOutput, subject, check.within, check.metrics, detail.str()});
+  }
+  return checks;
 }
 
 ValidationReport Validator::validate(const ModelSource& given, const std::vector<at::Tensor>& inputs) const {

@@ -30,6 +30,8 @@ namespace torchbridge {
 class CompiledModel {
  public:
   CompiledModel(const std::string& package_path, c10::Device device);
+  // On the device type the package was compiled for (its AOTI_DEVICE_KEY): the CPU, or device 0.
+  explicit CompiledModel(const std::string& package_path);
   ~CompiledModel();
   CompiledModel(CompiledModel&&) noexcept;
   CompiledModel& operator=(CompiledModel&&) noexcept;

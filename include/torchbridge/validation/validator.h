@@ -153,6 +153,10 @@ struct ValidatorOptions {
   std::function<void(const std::string& backend, const std::string& step, int done, int total)> progress;
 };
 
+// Runs a model compiled ahead of time (an AOTInductor package through
+// torchbridge::CompiledModel::run, say) on inputs already on its device; returns its outputs.
+using CompiledRun = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs)>;
+
 class Validator {
  public:
   // Resolves every backend now (an SDK device such as emu is loaded), so an unknown or
@@ -169,6 +173,14 @@ class Validator {
   ValidatorOptions options_;
   std::vector<std::shared_ptr<Backend>> backends_;  // one per options_.backends entry
 };
+
+// The compiled form of `model` against `model`'s float64 CPU reference, on the inputs a
+// Validator with this `seed` generates for `shapes` (float32, moved to `device`): a "run" check,
+// then an "output" check per output under fp32's bound (a package computes in the dtype it was
+// compiled for), each under the backend name `name` (e.g. "compiled").
+std::vector<CheckRecord> check_compiled(const ModelSource& model, const std::vector<std::vector<int64_t>>& shapes,
+                                        uint64_t seed, const std::string& name, c10::Device device,
+                                        const CompiledRun& run);
 
 // The precision `name` names, if the validator can run it: tf32 is not one (fp32 on CUDA runs its
 // matmuls in TF32 and is held to the tf32 bound). Raises naming the valid ones.

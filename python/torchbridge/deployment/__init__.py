@@ -1,7 +1,9 @@
-"""Exporting models for deployment: TorchScript, ONNX and safetensors.
+"""Exporting models for deployment: torch.export programs, AOTInductor packages, TorchScript, ONNX
+and safetensors.
 
-Every export is verified before it returns: the written file is loaded back (TorchScript through
-``torch.jit.load``, ONNX through onnxruntime, safetensors through TorchBridge's reader) and its
+Every export is verified before it returns: the written file is loaded back (an exported program
+through ``torch.export.load``, an AOTInductor package through ``aoti_load_package``, TorchScript
+through ``torch.jit.load``, ONNX through onnxruntime, safetensors through TorchBridge's reader) and its
 outputs or tensors are compared with the original model's. A mismatch raises
 :class:`ExportVerificationError`. Each function returns an :class:`ExportResult`, which is
 ``os.PathLike`` (``str(result)`` and ``open(result)`` give the written file) and carries the
@@ -12,9 +14,10 @@ was training is put back in training mode afterwards.
 """
 
 from ._result import ExportResult, ExportVerificationError
+from ._exported import export_to_aoti, export_to_exported_program
 from ._safetensors import export_to_safetensors
 from ._torchscript import export_to_torchscript
 from ._onnx import export_to_onnx
 
-__all__ = ["ExportResult", "ExportVerificationError", "export_to_onnx", "export_to_safetensors",
-           "export_to_torchscript"]
+__all__ = ["ExportResult", "ExportVerificationError", "export_to_aoti", "export_to_exported_program", "export_to_onnx",
+           "export_to_safetensors", "export_to_torchscript"]

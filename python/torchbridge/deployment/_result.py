@@ -11,8 +11,8 @@ class ExportVerificationError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class ExportResult(os.PathLike):
-    """The written file (``path``; the result itself is path-like), its ``format`` ("torchscript",
-    "onnx", "safetensors"), ``max_abs_error``: the largest absolute difference measured between
+    """The written file (``path``; the result itself is path-like), its ``format`` ("exported",
+    "aoti", "torchscript", "onnx", "safetensors"), ``max_abs_error``: the largest absolute difference measured between
     the reloaded file and the model (0.0 when bit-identical), ``tolerance``: what the check
     allowed, as (rtol, atol), ``tied_weights``: for safetensors, each name stored only once
     (alias -> the name it is stored under), and for ONNX ``dynamic_batch``: whether the graph's

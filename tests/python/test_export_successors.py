@@ -1,0 +1,208 @@
+"""torch.jit's successors as export formats: torch.export programs (``export_to_exported_program``,
+``torchbridge export --format exported``) and AOTInductor packages (``export_to_aoti``,
+``--format aoti``), checked against the eager model in Python and, for packages, run from C++
+through UnifiedManager::load_compiled (tests/cpp/compiled_model_interop.cpp). Failures leave no
+file behind and an existing one untouched; a foreign .pt2 is an error, not a crash."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from torchbridge import _C, deployment
+from torchbridge.validation import builtin_model
+
+from test_compiled_model import INTEROP
+from test_export_cli import BINARY, export
+
+os.environ.setdefault("TORCHBRIDGE_EMU_GUARDED", "1")
+
+
+class TwoHeads(torch.nn.Module):
+    """Tuple outputs and a buffer, as real models have."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16))
+        self.left, self.right = torch.nn.Linear(16, 4), torch.nn.Linear(16, 2)
+        self.register_buffer("shift", torch.linspace(-1, 1, 16))
+
+    def forward(self, x):
+        h = self.body(x) + self.shift
+        return self.left(h), torch.softmax(self.right(h), dim=-1)
+
+
+def two_heads():
+    torch.manual_seed(0)
+    return TwoHeads().eval(), torch.randn(3, 8)
+
+
+def run_cpp(package, inputs, tmp_path):
+    save_file({f"input{i}": t.contiguous() for i, t in enumerate(inputs)}, str(tmp_path / "in.safetensors"))
+    out = tmp_path / "out.safetensors"
+    result = subprocess.run([INTEROP, str(package), str(tmp_path / "in.safetensors"), str(out), "O2"],
+                            capture_output=True, text=True, timeout=300)
+    return result, (load_file(str(out)) if result.returncode == 0 else None)
+
+
+def test_exported_program_reloads_with_identical_outputs(tmp_path):
+    model, x = two_heads()
+    result = deployment.export_to_exported_program(model, tmp_path / "m.pt2", x)
+    assert (result.format, result.max_abs_error) == ("exported", 0.0)
+    program = torch.export.load(str(result))
+    for got, want in zip(program.module()(x), model(x)):
+        assert torch.equal(got, want)
+    assert [p.name for p in tmp_path.iterdir()] == ["m.pt2"]  # no partial file left
+
+
+def test_a_script_module_is_converted(tmp_path):
+    model = builtin_model("transformer")
+    x = torch.randn(_C.builtin_model_input_shape("transformer"))
+    result = deployment.export_to_exported_program(model, tmp_path / "t.pt2", x)
+    assert torch.equal(torch.export.load(str(result)).module()(x), model(x))
+
+
+def test_aoti_package_matches_eager_in_python_and_cpp(tmp_path):
+    model, x = two_heads()
+    result = deployment.export_to_aoti(model, tmp_path / "m.pt2", x)
+    assert result.format == "aoti" and result.max_abs_error <= 1e-5 and result.tolerance == (1e-4, 1e-5)
+    with torch.no_grad():
+        expected = model(x)
+    loaded = torch._inductor.aoti_load_package(str(result))
+    for got, want in zip(loaded(x), expected):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    if not os.path.exists(INTEROP):
+        pytest.skip(f"the C++ helper {INTEROP} is not built (scripts/setup.sh builds it)")
+    cpp, outputs = run_cpp(result, [x], tmp_path)
+    assert cpp.returncode == 0, cpp.stderr
+    for i, want in enumerate(expected):
+        torch.testing.assert_close(outputs[f"output{i}"], want, rtol=1e-4, atol=1e-5)
+
+
+def test_cli_exports_both_formats_and_cpp_runs_the_package(tmp_path):
+    shape = _C.builtin_model_input_shape("mlp")
+    run = export("--model", "builtin:mlp", "--format", "exported", "--output", str(tmp_path / "mlp_ep.pt2"))
+    assert run.returncode == 0, run.stderr
+    assert "(exported, builtin:mlp), verified by torch.export.load: max abs error 0" in run.stdout
+    model, x = builtin_model("mlp"), torch.randn(shape)
+    assert torch.equal(torch.export.load(str(tmp_path / "mlp_ep.pt2")).module()(x), model(x))
+
+    run = export("--model", "builtin:mlp", "--format", "aoti", "--output", str(tmp_path / "mlp.pt2"))
+    assert run.returncode == 0, run.stderr
+    assert "(aoti, builtin:mlp), verified by aoti_load_package" in run.stdout
+    if not os.path.exists(INTEROP):
+        pytest.skip(f"the C++ helper {INTEROP} is not built (scripts/setup.sh builds it)")
+    cpp, outputs = run_cpp(tmp_path / "mlp.pt2", [x], tmp_path)
+    assert cpp.returncode == 0, cpp.stderr
+    with torch.no_grad():
+        torch.testing.assert_close(outputs["output0"], model(x), rtol=1e-4, atol=1e-5)
+
+    # A torch.export program is not an AOTInductor package: C++ says so instead of crashing.
+    cpp, _ = run_cpp(tmp_path / "mlp_ep.pt2", [x], tmp_path)
+    assert cpp.returncode == 1, (cpp.returncode, cpp.stderr)
+    assert "mlp_ep.pt2' is not an AOTInductor package" in cpp.stderr, cpp.stderr
+    assert "holds no compiled model" in cpp.stderr
+
+
+def test_the_cpp_binary_says_these_formats_need_python(tmp_path):
+    if BINARY is None:
+        pytest.skip("TORCHBRIDGE_CLI_PATH (the C++ binary) is set by CTest")
+    for export_format in ("exported", "aoti"):
+        run = export("--model", "builtin:mlp", "--format", export_format, "--output", str(tmp_path / "m.pt2"),
+                     program=BINARY)
+        assert run.returncode != 0
+        assert f"--format {export_format} needs torch.export, which only Python has" in run.stderr
+
+
+# ---- bad input ---------------------------------------------------------------------------------------
+class DataDependent(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x - 1  # a branch on values: torch.export cannot capture it
+
+
+def test_failures_leave_existing_files_untouched(tmp_path):
+    target = tmp_path / "m.pt2"
+    target.write_bytes(b"an earlier export")
+    with pytest.raises(RuntimeError, match="torch.export.export could not capture DataDependent"):
+        deployment.export_to_exported_program(DataDependent(), target, torch.ones(3))
+    with pytest.raises(ValueError, match="sample_input .* does not fit the model TwoHeads"):
+        deployment.export_to_exported_program(two_heads()[0], target, torch.ones(3, 5))
+    assert target.read_bytes() == b"an earlier export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt2"]
+
+
+def test_bad_arguments_are_named(tmp_path):
+    model, x = two_heads()
+    with pytest.raises(ValueError, match="output_path is required"):
+        deployment.export_to_aoti(model, None, x)
+    with pytest.raises(ValueError, match="is a directory"):
+        deployment.export_to_exported_program(model, tmp_path, x)
+    with pytest.raises(ValueError, match="sample_input is required"):
+        deployment.export_to_aoti(model, tmp_path / "m.pt2")
+    with pytest.raises(ValueError, match="an AOTInductor package's name ends in .pt2"):
+        deployment.export_to_aoti(model, tmp_path / "m.so", x)
+    with pytest.raises(ValueError, match="rtol must be a number >= 0, got -1"):
+        deployment.export_to_aoti(model, tmp_path / "m.pt2", x, rtol=-1)
+
+
+def test_aoti_refuses_an_sdk_device_in_a_child_process(tmp_path):
+    # emu is loaded in a child: this file's other tests compile on the CPU without it.
+    code = ("import torch, torchbridge\n"
+            "torchbridge.devices.load('emu')\n"
+            "from torchbridge import deployment\n"
+            "model = torch.nn.Linear(4, 2).to('emu')\n"
+            "try:\n"
+            f"    deployment.export_to_aoti(model, {str(tmp_path / 'e.pt2')!r}, torch.randn(2, 4, device='emu'))\n"
+            "except ValueError as error:\n"
+            "    print(error)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "AOTInductor generates code for cpu, cuda, xpu; the sample input is on emu:0, which has no inductor " \
+           "backend" in result.stdout
+    assert not (tmp_path / "e.pt2").exists()
+
+
+# ---- the validator runs a package (validate --compiled) ---------------------------------------------
+def validate(*args):
+    return subprocess.run([os.path.join(os.path.dirname(sys.executable), "torchbridge"), "validate", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def mlp_package(tmp_path_factory):
+    path = tmp_path_factory.mktemp("aoti") / "mlp.pt2"
+    run = export("--model", "builtin:mlp", "--format", "aoti", "--output", str(path))
+    assert run.returncode == 0, run.stderr
+    return path
+
+
+def test_validate_checks_a_package_against_the_float64_reference(mlp_package):
+    run = validate("--model", "builtin:mlp", "--backends", "cpu", "--compiled", str(mlp_package), "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    compiled = [c for c in report["checks"] if c["backend"] == "compiled"]
+    assert [(c["check"], c["subject"], c["passed"]) for c in compiled] == [("run", "model", True),
+                                                                           ("output", "output 0", True)]
+    assert compiled[1]["device"] == "cpu" and 0 <= compiled[1]["max_abs_error"] < 1e-5
+    assert "compiled" in report["backends"]
+
+
+def test_validate_reports_a_package_of_another_model_as_a_failed_check(mlp_package):
+    run = validate("--model", "builtin:cnn", "--backends", "cpu", "--compiled", str(mlp_package))
+    assert run.returncode == 1, run.stderr
+    assert "compiled  run          0/1" in run.stdout
+    assert "refused its inputs" in run.stdout
+
+
+def test_validate_refuses_a_foreign_pt2_and_other_dtypes(mlp_package, tmp_path):
+    program = deployment.export_to_exported_program(builtin_model("mlp"), tmp_path / "ep.pt2",
+                                                    torch.randn(_C.builtin_model_input_shape("mlp")))
+    run = validate("--model", "builtin:mlp", "--backends", "cpu", "--compiled", str(program))
+    assert run.returncode != 0 and "ep.pt2' is not an AOTInductor package" in run.stderr, run.stderr
+    assert run.stdout == ""  # refused before any validation
+    run = validate("--model", "builtin:mlp", "--backends", "cpu", "--dtype", "bf16", "--compiled", str(mlp_package))
+    assert run.returncode != 0 and "--compiled checks the package in fp32" in run.stderr, run.stderr
