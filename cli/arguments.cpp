@@ -1,5 +1,9 @@
 #include "arguments.h"
 
+#include <sstream>
+#include <string>
+#include <vector>
+
 namespace torchbridge::cli {
 
 ParsedArguments parse_arguments(const std::string& command, const std::vector<std::string>& args,
@@ -35,6 +39,17 @@ ParsedArguments parse_arguments(const std::string& command, const std::vector<st
     }
   }
   return parsed;
+}
+
+std::vector<std::string> split_list(const std::string& text, const std::string& option) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');) {
+    if (item.empty()) throw UsageError(option + " '" + text + "' has an empty entry");
+    items.push_back(item);
+  }
+  if (items.empty()) throw UsageError(option + " is empty");
+  return items;
 }
 
 }  // namespace torchbridge::cli

@@ -36,4 +36,7 @@ struct ParsedArguments {
 ParsedArguments parse_arguments(const std::string& command, const std::vector<std::string>& args,
                                 const CommandSpec& spec);
 
+// "cpu,emu" -> {"cpu", "emu"}; an empty list or entry is a UsageError naming `option` and the text.
+std::vector<std::string> split_list(const std::string& text, const std::string& option);
+
 }  // namespace torchbridge::cli

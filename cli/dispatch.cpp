@@ -23,7 +23,9 @@ Commands:
   checkpoint inspect|verify|convert   safetensors files (see 'torchbridge checkpoint --help')
   validate  does a model compute the same thing on each backend as on the CPU in float64?
   portability  train, checkpoint, reload on every backend, validate: the README's main job
-  export    write a model as TorchScript or safetensors (ONNX: the Python package's command)
+  export    write a model as TorchScript or safetensors (torch.export, AOTInductor, ONNX: the
+            Python package's command)
+  bench     the SDK, checkpoint and validation micro-benchmarks: one table of ratios
   run       (Python package only) run a CUDA program redirected to this machine's accelerator
 
 Run 'torchbridge COMMAND --help' for a command's options.
@@ -50,12 +52,13 @@ int dispatch(const std::vector<std::string>& argv) {
   if (command == "validate") return run_validate(rest);
   if (command == "portability") return run_portability(rest);
   if (command == "export") return run_export(rest);
+  if (command == "bench") return run_bench(rest);
   if (command == "run") {
     std::cerr << "torchbridge: 'run' needs Python: it is provided by the TorchBridge Python package's "
                  "`torchbridge` command (pip install . from the repository), not by this C++ binary\n";
     return 1;
   }
-  throw UsageError("unknown command '" + command + "'; valid commands: info, doctor, checkpoint, validate, portability, export, run (Python package)");
+  throw UsageError("unknown command '" + command + "'; valid commands: info, doctor, checkpoint, validate, portability, export, bench, run (Python package)");
 }
 }  // namespace
 

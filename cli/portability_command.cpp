@@ -92,16 +92,6 @@ std::string make_output_directory(const std::string* requested) {
   return pattern;
 }
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  std::stringstream stream(text);
-  for (std::string item; std::getline(stream, item, ',');) {
-    if (item.empty()) throw UsageError("--backends '" + text + "' has an empty entry");
-    items.push_back(item);
-  }
-  return items;
-}
-
 // One hardware line: available or why not, and the device names ("2 x name" when alike).
 nlohmann::json describe_backend(const std::string& name, const Backend& backend) {
   const Availability availability = backend.availability();
@@ -187,7 +177,7 @@ int run_backend_check(const ParsedArguments& parsed) {
     throw UsageError("--check-checkpoint needs --reference-outputs FILE and --backends LIST");
   }
   const std::string& checkpoint_path = *parsed.option("--check-checkpoint");
-  const std::vector<std::string> backends = split_list(*backend_list);
+  const std::vector<std::string> backends = split_list(*backend_list, "--backends");
   const auto references = checkpoint::SafetensorsFile::open(*reference_path);
   const at::Tensor batch = references.load("batch"), trained_outputs = references.load("outputs");
 

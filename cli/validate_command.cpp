@@ -61,18 +61,6 @@ round trip, and that device memory returns to its baseline. Exit 0 only when eve
   --json        the full report as JSON (every measured value), no progress display
 )";
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    if (item.empty()) throw UsageError("--backends '" + text + "' has an empty entry");
-    items.push_back(item);
-  }
-  if (items.empty()) throw UsageError("--backends is empty");
-  return items;
-}
-
 std::string shapes_text(const std::vector<std::vector<int64_t>>& shapes) {
   std::string text;
   for (const auto& shape : shapes) {
@@ -150,7 +138,7 @@ int run_validate(const std::vector<std::string>& args) {
   const std::string* model_spec = parsed.option("--model");
   if (!model_spec) throw UsageError("validate needs --model builtin:NAME or --model FILE (see --help)");
   validation::ValidatorOptions options;
-  options.backends = parsed.option("--backends") ? split_list(*parsed.option("--backends")) : default_backends();
+  options.backends = parsed.option("--backends") ? split_list(*parsed.option("--backends"), "--backends") : default_backends();
   if (const auto* dtype = parsed.option("--dtype")) options.precision = validation::validation_precision(*dtype);
   if (const auto* seed = parsed.option("--seed")) options.seed = parse_unsigned(*seed, "--seed");
   options.checkpointing = parsed.has("--checkpointing");

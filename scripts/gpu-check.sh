@@ -149,6 +149,8 @@ BEST=cpu
 ((GPU)) && BEST=cuda
 step bench-training-step "$WORK/build/bin/training_step_benchmark" --backend "$BEST"
 step bench-validation "$WORK/build/bin/validation_benchmark" --backends "$BEST"
+# Every micro-benchmark group in one table (the GPU's SDK figures through cudasdk are separate).
+step bench-all "$CLI" bench   # cpu and the best accelerator (cuda on a GPU machine)
 gpu_step bench-checkpoint-load "$WORK/venv/bin/python" "$ROOT/bench/checkpoint_benchmark.py" --size-mib 1024 \
   --repeats 3 --device cuda --device-load "$WORK/build/bin/checkpoint_device_load"
 # Issue 14's GPU figures: FP8 Linear vs bf16 at 8192 (goal >= 1.3x, through torch._scaled_mm),
