@@ -41,7 +41,7 @@ std::vector<BenchResult> bench_sdk(const std::string& backend, const BenchOption
 
 // A safetensors checkpoint of float32 tensors saved (atomic write, fsync) against write() + fsync
 // of the same bytes, and loaded onto each of `backends` through the C++ reader against read() of
-// the file into new memory.
+// as many bytes into new CPU tensors.
 std::vector<BenchResult> bench_checkpoint(const std::vector<std::string>& backends, const BenchOptions& options);
 
 // The validator on `backends` (the built-in transformer, input `input_shape` or its own when

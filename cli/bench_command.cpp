@@ -37,7 +37,7 @@ stderr. Exit 0 when every case ran (a benchmark reports; goals not met are shown
                             the CPU, host<->device copies against memcpy (goals for SDK devices:
                             <= 3x, <= 1.2x, >= 0.8x)
                 checkpoint  save against write()+fsync of the same bytes; load onto each backend
-                            against read() of the file
+                            against read() of as many bytes into new tensors
                 validation  the validator on all the backends against one forward+backward on
                             each (goal <= 3x)
   --quick     fewer repetitions and smaller sizes (a smoke run; figures are noisier)

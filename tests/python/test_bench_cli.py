@@ -65,7 +65,7 @@ def test_the_table_has_one_row_per_case():
     run = bench("--quick", "--backends", "cpu", "--groups", "checkpoint")
     assert run.returncode == 0, run.stderr
     rows = [line for line in run.stdout.splitlines() if line.startswith("checkpoint ")]
-    assert len(rows) == 2 and "write() + fsync" in rows[0] and "read() of the file" in rows[1]
+    assert len(rows) == 2 and "write() + fsync" in rows[0] and "read() into tensors" in rows[1]
     assert "2 cases, 0 goal(s) not met" in run.stdout
 
 
