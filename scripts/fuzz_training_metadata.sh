@@ -15,7 +15,8 @@ build_fuzzer "$OUT/training_metadata_fuzzer" \
   "$ROOT/src/checkpoint/optimizer_codec.cpp" "$ROOT/src/core/parse_integer.cpp" \
   -I "$ROOT/build/include" -isystem "$TORCH/include/torch/csrc/api/include" -L "$ROOT/build/lib" -Wl,-rpath,"$ROOT/build/lib" -ltorchbridge
 # Seeds: the metadata of training states written by C++ (SGD, Adam, AdamW through the CLI's
-# portability run writes Adam) and by Python's save_state, plus one optimizer entry alone.
+# portability run writes Adam) and by Python's save_training_state (with an LR scheduler and a
+# GradScaler: their JSON entries too), plus one optimizer entry alone.
 "$ROOT/.venv/bin/python" - "$OUT/corpus" <<'PY'
 import json, os, sys, tempfile
 import torch
@@ -29,7 +30,9 @@ for name, make in (("sgd", lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)), 
     model(torch.randn(2, 3)).sum().backward()
     optimizer.step()
     path = os.path.join(tempfile.mkdtemp(), "state.safetensors")
-    tbc.save_state(path, model, optimizer, step=3, epoch=1, metadata={"run": name})
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)  # its state holds infinities
+    scaler = torch.amp.GradScaler("cpu")
+    tbc.save_training_state(path, model, optimizer, scheduler, scaler, step=3, epoch=1, extra={"run": name})
     with safe_open(path, "pt") as f:
         metadata = f.metadata()
     with open(f"{out}/seed-{name}.json", "w") as seed:
