@@ -6,7 +6,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-log() { printf '[setup] %s\n' "$*" >&2; }
+# Each phase line carries the seconds since the set-up began, so a long wait is never a silent one.
+log() { printf '[setup %4ds] %s\n' "$SECONDS" "$*" >&2; }
 
 # ---- 1. Debian packages -------------------------------------------------------------------------
 DEBIAN_PACKAGES=(cmake ninja-build ccache g++ pkg-config libgtest-dev nlohmann-json3-dev iwyu)
@@ -62,3 +63,4 @@ if [[ ! -f "$package_stamp" || "$(cat "$package_stamp")" != "$package_hash" ]]; 
   "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps "$ROOT"
   echo "$package_hash" >"$package_stamp"
 fi
+log "set-up complete"
