@@ -24,7 +24,7 @@ configure() {  # configure DIR SANITIZERS
 }
 
 if [[ "$WHICH" == asan || "$WHICH" == all ]]; then
-  phase "asan+ubsan: configuring and building build-asan/ (the first build takes ~40 min on 2 cores)"
+  phase "asan+ubsan: configuring and building build-asan/ (the first build takes ~25 min on 2 cores)"
   configure build-asan address,undefined
   cmake --build build-asan -j "$JOBS"
   phase "asan+ubsan: the C++ suite and the fuzz corpora (Python, lint and install tests are not C++ under test)"

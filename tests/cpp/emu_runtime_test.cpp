@@ -33,6 +33,19 @@
 #error "TORCHBRIDGE_EMU_LIBRARY_PATH must name the built libtorchbridge_device_emu.so"
 #endif
 
+// Under AddressSanitizer or ThreadSanitizer (scripts/sanitizers.sh) the sanitizer catches a fault
+// itself: it reports "SEGV on unknown address" and exits non-zero instead of dying by the signal.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define EXPECT_SEGV(statement) EXPECT_DEATH(statement, "SEGV")
+#else
+#define EXPECT_SEGV(statement) EXPECT_EXIT(statement, ::testing::KilledBySignal(SIGSEGV), "")
+#endif
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kThreadSanitizer = true;
+#else
+constexpr bool kThreadSanitizer = false;
+#endif
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -644,6 +657,10 @@ TEST_F(EmuRuntimeStreams, OperationsOnOneStreamRunInOrder) {
 }
 
 TEST_F(EmuRuntimeStreams, LatencyMakesAMissingSynchronizeVisible) {
+  if (kThreadSanitizer) {
+    GTEST_SKIP() << "its early reads race with the copy on purpose (a caller that forgot to synchronize); "
+                    "ThreadSanitizer rightly reports them";
+  }
   constexpr auto kLatency = std::chrono::milliseconds(200);
   ASSERT_NO_FATAL_FAILURE(start({{"TORCHBRIDGE_EMU_MEMORY", "1M"}, {"TORCHBRIDGE_EMU_LATENCY_US", "200000"}}));
   constexpr std::size_t kSize = 4096;
@@ -915,19 +932,15 @@ TEST_F(EmuRuntimeGuard, HostReadOfADevicePointerFaults) {
   const Bytes data = pattern(256, 30);
   write_device(device, data);
   EXPECT_EQ(read_device(device, 256), data);  // the runtime itself can reach the memory
-  EXPECT_EXIT(
-      {
-        const volatile unsigned char value = *static_cast<volatile unsigned char*>(device);
-        std::fprintf(stderr, "read %d from device memory\n", value);
-        std::exit(0);
-      },
-      ::testing::KilledBySignal(SIGSEGV), "");
-  EXPECT_EXIT(
-      {
-        *static_cast<volatile unsigned char*>(device) = 1;
-        std::exit(0);
-      },
-      ::testing::KilledBySignal(SIGSEGV), "");
+  EXPECT_SEGV({
+    const volatile unsigned char value = *static_cast<volatile unsigned char*>(device);
+    std::fprintf(stderr, "read %d from device memory\n", value);
+    std::exit(0);
+  });
+  EXPECT_SEGV({
+    *static_cast<volatile unsigned char*>(device) = 1;
+    std::exit(0);
+  });
 }
 
 TEST_F(EmuRuntimeGuard, UnguardedDeviceMemoryIsHostAddressable) {
