@@ -202,3 +202,30 @@ def test_storage_sizes_are_checked_against_their_records(tmp_path):
     result = convert(tmp_path / "long.pt", tmp_path / "out.safetensors")
     assert result.returncode == 1
     assert "long.pt: record data/0 holds 16 bytes, but its storage of 5 Float elements needs 20" in result.stderr
+
+
+def test_a_transformers_pytorch_model_bin_converts_bit_exactly(tmp_path):
+    """What most Hub checkpoints are: pytorch_model.bin, a torch.save of a transformers model's
+    OrderedDict state dict in which tied weights (GPT-2's lm_head and its token embedding) share
+    one storage. The transformers installed here (5.x) writes safetensors only, whatever
+    ``safe_serialization`` says, so the file is written as transformers 4's
+    ``save_pretrained(safe_serialization=False)`` wrote it: ``torch.save(model.state_dict())``."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=97, n_positions=32)).eval()
+    source = tmp_path / "pytorch_model.bin"
+    torch.save(model.state_dict(), source)
+    reference = torch.load(source, weights_only=True)
+    assert type(reference) is collections.OrderedDict
+    assert reference["lm_head.weight"].data_ptr() == reference["transformer.wte.weight"].data_ptr()  # tied
+    run = convert(source, tmp_path / "gpt2.safetensors")
+    assert run.returncode == 0, run.stderr
+    converted = load_file(str(tmp_path / "gpt2.safetensors"))
+    assert_bit_exact(converted, reference)
+    # The converted file restores the model: identical logits.
+    restored = GPT2LMHeadModel(model.config).eval()
+    restored.load_state_dict(converted)
+    ids = torch.randint(0, 97, (2, 16))
+    with torch.no_grad():
+        assert torch.equal(restored(ids).logits, model(ids).logits)
