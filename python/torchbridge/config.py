@@ -36,6 +36,9 @@ class TorchBridgeConfig(StrictFields):
     validation: optimize() given example inputs compares the optimized model's outputs with the
         original model's in float64 on the CPU, under the precision's output bound; outside it
         raises.
+    activation_checkpointing: training recomputes each block's activations in backward instead of
+        keeping them: the blocks of the model's first nn.Sequential or nn.ModuleList of two or
+        more run through torchbridge.memory.checkpoint (torch.compile is then not applied).
     hardware: vendor sections, ``hardware.nvidia`` / ``.amd`` / ``.intel`` / ``.tpu``
         (torchbridge.core.config): each field works on its vendor's hardware or is refused, and is
         reported in ``manager.report()`` where it cannot do anything.
@@ -52,6 +55,7 @@ class TorchBridgeConfig(StrictFields):
     compile: bool = True
     deterministic: bool = False
     validation: bool = False
+    activation_checkpointing: bool = False
     hardware: HardwareConfig = dataclasses.field(default_factory=HardwareConfig)
 
     @classmethod

@@ -268,6 +268,12 @@ class UnifiedManager:
         elif name == "deterministic":
             torch.use_deterministic_algorithms(True)
             torch.backends.cudnn.deterministic = True
+        elif name == "activation_checkpointing":
+            blocks = _checkpoint_blocks(model)
+            if blocks is None:
+                return model, optimizer, ("no nn.Sequential or nn.ModuleList of two or more blocks to checkpoint; "
+                                          "call torchbridge.memory.checkpoint in the model's forward"), None
+            return model, optimizer, None, f"{blocks[1]} blocks of '{blocks[0] or type(model).__name__}' checkpointed"
         elif name == "tf32":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
@@ -307,3 +313,28 @@ class UnifiedManager:
         else:
             raise RuntimeError(f"the optimization plan has a step {name!r} the Python executor does not know")
         return model, optimizer, None, None
+
+
+def _checkpoint_blocks(model) -> "tuple[str, int] | None":
+    """Makes each block of the model's first container of repeated blocks (an nn.Sequential or
+    nn.ModuleList of two or more, in module order: a transformer's layer list) run as a
+    checkpointed region while training with gradients. Returns (container name, block count), or
+    None when the model has no such container."""
+    from . import memory
+
+    for name, container in model.named_modules():
+        if isinstance(container, (torch.nn.Sequential, torch.nn.ModuleList)) and len(container) >= 2:
+            for block in container:
+                block.forward = _checkpointed_forward(block, block.forward, memory.checkpoint)
+            return name, len(container)
+    return None
+
+
+def _checkpointed_forward(block, forward, checkpoint):
+    @functools.wraps(forward)
+    def run(*args, **kwargs):
+        if block.training and torch.is_grad_enabled():
+            return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+        return forward(*args, **kwargs)
+
+    return run

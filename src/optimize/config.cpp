@@ -153,6 +153,10 @@ const std::vector<FieldCodec>& codecs() {
                      "optimize() with example inputs checks the optimized outputs against the original model in "
                      "float64 on the CPU"},
                     [](TorchBridgeConfig& c) -> bool& { return c.validation; }),
+      boolean_field({"activation_checkpointing", "boolean", "TORCHBRIDGE_ACTIVATION_CHECKPOINTING",
+                     "training recomputes each block's activations in backward instead of keeping them "
+                     "(Python: the blocks of the model's first nn.Sequential/nn.ModuleList)"},
+                    [](TorchBridgeConfig& c) -> bool& { return c.activation_checkpointing; }),
       // Vendor sections (hardware_config.h says what each does and where it applies).
       boolean_field({"hardware.nvidia.fp8_enabled", "boolean", "TORCHBRIDGE_HARDWARE_NVIDIA_FP8_ENABLED",
                      "NVIDIA sm_89+: O3 makes eligible Linear layers FP8 layers, whatever the precision"},

@@ -182,6 +182,10 @@ const OptimizationReport& UnifiedManager::optimize(torch::nn::Module& module, to
     } else if (step.name == "autocast") {
       outcome.outcome = "caller";
       outcome.detail += "; C++ modules have no forward to wrap: run forward inside manager.autocast()";
+    } else if (step.name == "activation_checkpointing") {
+      outcome.outcome = "caller";
+      outcome.detail += "; a C++ module's forward is compiled code: put its blocks in "
+                        "memory::CheckpointedSequential, or run them through memory::checkpoint (docs/memory.md)";
     } else {
       TORCH_CHECK(false, "the optimization plan has a step '", step.name, "' the C++ executor does not know");
     }

@@ -35,6 +35,7 @@ class Planner {
     add("deterministic", OptLevel::O0, config_.deterministic,
         config_.deterministic ? "deterministic algorithms only (torch raises for an operator without one)"
                               : "deterministic is off in the configuration");
+    plan_activation_checkpointing();
     // Vendor settings apply at every level; each one set away from its default says what it does here.
     for (HardwareNote& note : hardware_notes(config_.hardware, device_)) {
       std::string argument;  // what the executors need beyond the name
@@ -153,9 +154,29 @@ class Planner {
     }
   }
 
+  // A memory setting, so any level: the recomputation trades compute for activation memory.
+  void plan_activation_checkpointing() {
+    if (!config_.activation_checkpointing) {
+      add("activation_checkpointing", OptLevel::O0, false, "activation_checkpointing is off in the configuration");
+    } else if (!config_.training) {
+      add("activation_checkpointing", OptLevel::O0, false, "inference: no backward pass, no activations kept");
+    } else if (model_.torchscript) {
+      add("activation_checkpointing", OptLevel::O0, false,
+          "a TorchScript module's forward is compiled and cannot be split into regions; checkpoint inside the "
+          "scripted code's caller (torchbridge::memory::checkpoint)");
+    } else {
+      add("activation_checkpointing", OptLevel::O0, true,
+          "each block's activations are recomputed in backward instead of kept (torchbridge::memory::checkpoint)");
+    }
+  }
+
   void plan_compile(bool int8) {
     if (!config_.compile) {
       add("compile", OptLevel::O2, false, "compile is off in the configuration");
+    } else if (config_.activation_checkpointing && config_.training && !model_.torchscript) {
+      add("compile", OptLevel::O2, false,
+          "activation checkpointing runs through TorchBridge's own autograd node, which torch.compile cannot "
+          "trace; turn one of them off");
     } else if (!model_.python) {
       add("compile", OptLevel::O2, false, "C++ has no compiler for torch::nn modules; load an AOTInductor package with UnifiedManager::load_compiled");
     } else if (model_.torchscript) {

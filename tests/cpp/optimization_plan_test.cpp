@@ -57,7 +57,7 @@ TEST(OptimizationPlan, ALevelHasNoStepOfAHigherOne) {
     }
   }
   const auto o0 = plan(at_level(OptLevel::O0), hopper(), {});
-  ASSERT_EQ(o0.size(), 3u);  // place, deterministic (off), validate (off)
+  ASSERT_EQ(o0.size(), 4u);  // place, deterministic (off), activation_checkpointing (off), validate (off)
   EXPECT_TRUE(step(o0, "place").apply);
   EXPECT_FALSE(step(o0, "deterministic").apply);
 }
@@ -88,6 +88,26 @@ TEST(OptimizationPlan, FusedOptimizersOnlyWherePythonHasThem) {
   const PlannedStep fused = step(plan(fp16, hopper(), {.python = true, .optimizer = "AdamW"}), "fused_optimizer");
   EXPECT_FALSE(fused.apply);
   EXPECT_NE(fused.reason.find("GradScaler"), std::string::npos) << fused.reason;
+}
+
+// A memory setting, at every level: applies to training Python and torch::nn models, and then
+// keeps torch.compile off (it cannot trace the checkpoint's autograd node).
+TEST(OptimizationPlan, ActivationCheckpointingIsForTrainingAndExcludesCompile) {
+  TorchBridgeConfig config = at_level(OptLevel::O2);
+  config.activation_checkpointing = true;
+  const auto steps = plan(config, bf16_cpu(), {.python = true, .has_linear = true});
+  EXPECT_TRUE(step(steps, "activation_checkpointing").apply);
+  EXPECT_EQ(step(steps, "activation_checkpointing").level, OptLevel::O0);
+  EXPECT_FALSE(step(steps, "compile").apply);
+  EXPECT_NE(step(steps, "compile").reason.find("torch.compile cannot trace"), std::string::npos);
+  EXPECT_TRUE(step(plan(config, bf16_cpu(), {.has_linear = true}), "activation_checkpointing").apply);  // C++
+  const auto scripted = plan(config, bf16_cpu(), {.python = true, .torchscript = true});
+  EXPECT_FALSE(step(scripted, "activation_checkpointing").apply);
+  EXPECT_NE(step(scripted, "activation_checkpointing").reason.find("TorchScript"), std::string::npos);
+  config.training = false;
+  EXPECT_EQ(step(plan(config, bf16_cpu(), {.python = true}), "activation_checkpointing").reason,
+            "inference: no backward pass, no activations kept");
+  EXPECT_TRUE(step(plan(config, bf16_cpu(), {.python = true}), "compile").apply);
 }
 
 TEST(OptimizationPlan, O2TrainingAutocastsAndKeepsMasterWeights) {

@@ -86,13 +86,25 @@ TEST(UnifiedManager, DevelopmentPresetIsDeterministicAndOnlyPlaces) {
   UnifiedManager manager(config);
   torch::nn::Linear model(4, 4);
   const OptimizationReport& report = manager.optimize(*model);
-  ASSERT_EQ(report.steps.size(), 3u);  // place, deterministic, validate (C++: skipped)
+  ASSERT_EQ(report.steps.size(), 4u);  // place, deterministic, activation_checkpointing (off), validate (C++: skipped)
   EXPECT_EQ(outcome(report, "place").outcome, "applied");
   EXPECT_EQ(outcome(report, "deterministic").outcome, "applied");
   EXPECT_EQ(outcome(report, "validate").outcome, "skipped");
   EXPECT_TRUE(at::globalContext().deterministicAlgorithms());
   at::globalContext().setDeterministicAlgorithms(was, false);
   EXPECT_NE(to_json_text(report).find("\"outcome\":\"applied\""), std::string::npos);
+}
+
+TEST(UnifiedManager, ActivationCheckpointingIsTheCallersInCpp) {
+  TorchBridgeConfig config;
+  config.backend = "cpu";
+  config.optimization_level = OptLevel::O0;
+  config.activation_checkpointing = true;
+  UnifiedManager manager(config);
+  torch::nn::Linear model(4, 4);
+  const StepOutcome& step = outcome(manager.optimize(*model), "activation_checkpointing");
+  EXPECT_EQ(step.outcome, "caller");
+  EXPECT_NE(step.detail.find("memory::CheckpointedSequential"), std::string::npos) << step.detail;
 }
 
 TEST(UnifiedManager, TorchScriptInferenceIsFrozenAndGivesTheSameResult) {

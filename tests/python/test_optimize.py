@@ -43,7 +43,7 @@ def test_the_dataclass_and_the_cpp_schema_have_the_same_fields_and_defaults():
             else:
                 yield prefix + f.name
     assert list(names(TorchBridgeConfig)) == [f["name"] for f in config_fields()]
-    assert len(config_fields()) == 20
+    assert len(config_fields()) == 21
     assert TorchBridgeConfig().to_dict() == json.loads(_C.config_preset("default"))
     for field in config_fields():
         assert field["environment"].startswith("TORCHBRIDGE_") and field["description"]
@@ -120,7 +120,8 @@ def test_o0_only_places():
     manager = UnifiedManager(cpu_config(optimization_level="O0"))
     model = mlp()
     assert manager.optimize(model) is model
-    assert outcomes(manager) == {"place": "applied", "deterministic": "skipped", "validate": "skipped"}
+    assert outcomes(manager) == {"place": "applied", "deterministic": "skipped", "activation_checkpointing": "skipped",
+                                 "validate": "skipped"}
 
 
 def test_o1_puts_convolutions_in_channels_last_without_changing_results():
@@ -241,7 +242,7 @@ def test_the_report_is_readable_and_machine_readable():
     report = manager.report()
     data = json.loads(report.to_json())
     assert data["precision"]["precision"] == "fp32" and data["level"] == "O1"
-    assert [s["name"] for s in data["steps"]][:3] == ["place", "deterministic", "tf32"]
+    assert [s["name"] for s in data["steps"]][:4] == ["place", "deterministic", "activation_checkpointing", "tf32"]
     assert "channels_last" in str(report) and "the model has no 2-D convolution" in str(report)
 
 

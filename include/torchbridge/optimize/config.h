@@ -34,6 +34,10 @@ struct TorchBridgeConfig {
   // optimize() given example inputs compares the optimized model's outputs with the original
   // model's in float64 on the CPU, under the precision's output bound; outside it is an error.
   bool validation = false;
+  // Memory: training recomputes activations instead of keeping them (memory/activation_checkpoint.h).
+  // Python: each block of the model's first nn.Sequential or nn.ModuleList of two or more becomes
+  // a checkpointed region; C++ modules put their blocks in memory::CheckpointedSequential.
+  bool activation_checkpointing = false;
   // Vendor sections: hardware.nvidia, hardware.amd, hardware.intel, hardware.tpu
   // (hardware_config.h). In files: nested objects ({"hardware": {"nvidia": {...}}}), TOML tables
   // ([hardware.nvidia]) or dotted keys; in the environment: TORCHBRIDGE_HARDWARE_NVIDIA_FP8_ENABLED, ...

@@ -26,7 +26,7 @@ struct ModelTraits {
 };
 
 struct PlannedStep {
-  std::string name;   // place, deterministic, hardware.<vendor>.<field> (one per vendor setting away
+  std::string name;   // place, deterministic, activation_checkpointing, hardware.<vendor>.<field> (one per vendor setting away
                       // from its default), tf32, cudnn_benchmark, fused_optimizer, channels_last,
                       // freeze_torchscript, autocast, low_precision_weights, fp8, compile, int8_weights,
                       // validate (always last: it checks the result of the others)

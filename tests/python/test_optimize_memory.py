@@ -1,0 +1,117 @@
+"""TorchBridgeConfig's memory option: ``activation_checkpointing`` makes UnifiedManager.optimize
+run each block of the model's layer list as a checkpointed region. Checked against the same model
+without it (bit-identical gradients, on cpu and emu), by counting forward calls (each block runs
+twice in a training step: forward and recomputation), and against its limits (no block list,
+inference, torch.compile)."""
+
+import os
+
+import pytest
+import torch
+
+import torchbridge
+from torchbridge import TorchBridgeConfig, UnifiedManager
+
+os.environ.setdefault("TORCHBRIDGE_EMU_GUARDED", "1")
+torchbridge.devices.load("emu")  # before this process's first backward pass
+
+
+class Block(torch.nn.Module):
+    calls = 0
+
+    def __init__(self):
+        super().__init__()
+        self.linear, self.norm = torch.nn.Linear(16, 16), torch.nn.LayerNorm(16)
+        self.dropout = torch.nn.Dropout(0.1)
+
+    def forward(self, x):
+        Block.calls += 1
+        return x + self.dropout(torch.tanh(self.norm(self.linear(x))))
+
+
+class Stack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(8, 16)
+        self.layers = torch.nn.ModuleList(Block() for _ in range(4))
+        self.head = torch.nn.Linear(16, 2)
+
+    def forward(self, x):
+        h = self.embed(x)
+        for layer in self.layers:
+            h = layer(h)
+        return self.head(h)
+
+
+def config(backend: str, **fields) -> TorchBridgeConfig:
+    return TorchBridgeConfig(backend=backend, optimization_level="O0", precision="fp32", **fields)
+
+
+def step(model, device, seed=5):
+    torch.manual_seed(seed)  # the dropout masks and the batch
+    x = torch.randn(6, 8).to(device)
+    model(x).square().sum().backward()
+    return {n: p.grad.cpu() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("backend", ["cpu", "emu"])
+def test_checkpointed_blocks_give_bit_identical_gradients_and_recompute(backend):
+    torch.manual_seed(0)
+    plain = Stack()
+    checkpointed = Stack()
+    checkpointed.load_state_dict(plain.state_dict())
+    plain = UnifiedManager(config(backend)).optimize(plain)
+    manager = UnifiedManager(config(backend, activation_checkpointing=True))
+    checkpointed = manager.optimize(checkpointed)
+    [report_step] = [s for s in manager.report().steps if s.name == "activation_checkpointing"]
+    assert (report_step.outcome, report_step.detail) == ("applied", "4 blocks of 'layers' checkpointed")
+
+    device = manager.device
+    Block.calls = 0
+    want = step(plain, device)
+    assert Block.calls == 4
+    Block.calls = 0
+    got = step(checkpointed, device)
+    assert Block.calls == 8  # each block once more, recomputed in backward
+    for name in want:
+        assert torch.equal(got[name], want[name]), name
+
+    # Without gradients (and in eval mode) the blocks simply run once.
+    Block.calls = 0
+    with torch.no_grad():
+        checkpointed(torch.randn(2, 8).to(device))
+    checkpointed.eval()
+    checkpointed(torch.randn(2, 8).to(device)).sum().backward()
+    assert Block.calls == 8  # two forward passes of 4 blocks, nothing recomputed
+
+
+def test_a_model_without_a_block_list_is_skipped_with_the_reason():
+    manager = UnifiedManager(config("cpu", activation_checkpointing=True))
+    manager.optimize(torch.nn.Linear(4, 4))
+    [s] = [s for s in manager.report().steps if s.name == "activation_checkpointing"]
+    assert s.outcome == "skipped" and "no nn.Sequential or nn.ModuleList of two or more blocks" in s.detail
+
+
+def test_inference_and_compile_say_why_they_do_not_combine():
+    manager = UnifiedManager(config("cpu", activation_checkpointing=True, training=False))
+    manager.optimize(Stack().eval())
+    [s] = [s for s in manager.report().steps if s.name == "activation_checkpointing"]
+    assert (s.outcome, s.detail) == ("skipped", "inference: no backward pass, no activations kept")
+    training = TorchBridgeConfig(backend="cpu", optimization_level="O2", precision="fp32", activation_checkpointing=True)
+    manager = UnifiedManager(training)
+    manager.optimize(Stack())
+    steps = {s.name: s for s in manager.report().steps}
+    assert steps["activation_checkpointing"].outcome == "applied"
+    assert steps["compile"].outcome == "skipped" and "torch.compile cannot trace" in steps["compile"].detail
+
+
+def test_the_field_reads_from_files_and_the_environment(tmp_path, monkeypatch):
+    path = tmp_path / "c.json"
+    path.write_text('{"activation_checkpointing": true}')
+    assert TorchBridgeConfig.from_file(path).activation_checkpointing is True
+    assert TorchBridgeConfig.for_training().activation_checkpointing is False
+    monkeypatch.setenv("TORCHBRIDGE_ACTIVATION_CHECKPOINTING", "on")
+    assert TorchBridgeConfig().with_environment().activation_checkpointing is True
+    monkeypatch.setenv("TORCHBRIDGE_ACTIVATION_CHECKPOINTING", "maybe")
+    with pytest.raises(ValueError, match="TORCHBRIDGE_ACTIVATION_CHECKPOINTING"):
+        TorchBridgeConfig().with_environment()
