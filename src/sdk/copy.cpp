@@ -129,6 +129,17 @@ void upload(const at::Tensor& staging, const at::Tensor& dst) {
   blocking_copy(dst.data_ptr(), staging.data_ptr(), bytes, TB_MEMCPY_HOST_TO_DEVICE, current_stream(dst.device().index()));
 }
 
+void wait_for_device(c10::DeviceIndex device) {
+  const tb_stream stream = native_stream(current_stream(device));
+  if (runtime().table().stream_query(runtime().context(), stream) != TB_SUCCESS) {
+    TB_CALL(stream_synchronize, stream);
+  }
+}
+
+void copy_bytes_after_wait(void* dst, const void* src, size_t bytes, tb_memcpy_kind kind) {
+  if (bytes > 0) TB_CALL(memcpy_sync, dst, src, bytes, kind);
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   check_stack_headroom("aten::_copy_from");
   if (dst.numel() == 0) return dst;

@@ -1,7 +1,12 @@
 #pragma once
 // Moving tensor bytes between the host and SDK devices. Internal to the SDK glue.
 
+#include <torchbridge/sdk/runtime.h>
+
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstddef>
 
 namespace torchbridge::sdk {
 
@@ -14,5 +19,11 @@ at::Tensor download(const at::Tensor& t);
 at::Tensor staging_for(const at::Tensor& dst);
 // Writes the storage span of CPU tensor `staging` (laid out like `dst`) into device tensor `dst`.
 void upload(const at::Tensor& staging, const at::Tensor& dst);
+
+// Host code may only touch device memory once the device's queued work on it is done.
+void wait_for_device(c10::DeviceIndex device);
+// Raw bytes between host and device memory, on the calling thread. Only after wait_for_device():
+// with the device's queued work done, nothing is ordered before the copy.
+void copy_bytes_after_wait(void* dst, const void* src, size_t bytes, tb_memcpy_kind kind);
 
 }  // namespace torchbridge::sdk

@@ -100,17 +100,19 @@ void check_one_device(const c10::OperatorHandle& op, const torch::jit::Stack& st
   }
 }
 
+void count_run(const c10::OperatorName& name) {
+  std::lock_guard<std::mutex> lock(counts_mutex);
+  auto [it, inserted] = counts_by_operator.try_emplace(&name);
+  if (inserted) it->second.first = c10::toString(name);
+  ++it->second.second;
+}
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::OperatorName& name = op.operator_name();
   const FallbackDepthGuard depth_guard(name);  // runaway recursion: an error, not a stack overflow
   check_one_device(op, *stack);
   check_not_strict(name);
-  {
-    std::lock_guard<std::mutex> lock(counts_mutex);
-    auto [it, inserted] = counts_by_operator.try_emplace(&name);
-    if (inserted) it->second.first = c10::toString(name);
-    ++it->second.second;
-  }
+  count_run(name);
   substitute_generators(op, stack);
   if (run_sparse_on_cpu(op, stack)) return;
   run_on_host(op, stack);
@@ -119,6 +121,11 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }  // namespace
 
 void boxed_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { fallback(op, stack); }
+
+void note_cpu_fallback(const c10::OperatorHandle& op) {
+  check_not_strict(op.operator_name());
+  count_run(op.operator_name());
+}
 
 void note_cpu_fallback(const std::string& op) {
   TORCH_CHECK_NOT_IMPLEMENTED(!strict_mode(), "operator ", op, " has no native kernel for device '",

@@ -4,7 +4,7 @@
 #include "sdk/hooks.h"
 #include "sdk/in_place_fallback.h"
 #include "sdk/runtime_handle.h"
-#include "sdk/stream_registry.h"
+#include "sdk/tensor_views.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
@@ -74,14 +74,6 @@ size_t end_byte(const at::Tensor& t) {
   return at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.element_size(), t.storage_offset());
 }
 
-// A tensor over `storage` with the given layout, built directly (no dispatch, no allocation).
-at::Tensor view_of(const c10::Storage& storage, c10::DispatchKey key, caffe2::TypeMeta dtype, int64_t offset,
-                   c10::IntArrayRef sizes, c10::IntArrayRef strides) {
-  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(storage), c10::DispatchKeySet(key), dtype);
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
-  return t;
-}
-
 // The same view as `like` (dtype, sizes, strides, conjugate/negative bits) of another storage.
 at::Tensor same_view(const at::Tensor& like, const c10::Storage& storage, c10::DispatchKey key, int64_t offset) {
   at::Tensor t = view_of(storage, key, like.dtype(), offset, like.sizes(), like.strides());
@@ -101,14 +93,6 @@ c10::Storage alias_of(const c10::Storage& device) {
   void* data = device.mutable_data();
   return c10::Storage(c10::Storage::use_byte_size_t(), device.nbytes(), c10::DataPtr(data, c10::Device(c10::kCPU)),
                       c10::GetCPUAllocator(), /*resizable=*/true);
-}
-
-// Host code may only touch device memory once the device's queued work on it is done.
-void wait_for_device(c10::DeviceIndex device) {
-  const tb_stream stream = native_stream(current_stream(device));
-  if (runtime().table().stream_query(runtime().context(), stream) != TB_SUCCESS) {
-    TB_CALL(stream_synchronize, stream);
-  }
 }
 
 std::vector<Slot> collect_slots(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t first) {

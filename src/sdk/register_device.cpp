@@ -176,6 +176,7 @@ void register_runtime(const tb_runtime* table) {
   (void)guard_registrar;
   at::RegisterPrivateUse1HooksInterface(make_hooks());
   register_native_ops();
+  register_elementwise_fast_path();
   register_copy_math_bits();
   register_convolution();
   register_batch_norm();

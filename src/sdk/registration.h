@@ -4,6 +4,8 @@
 
 namespace torchbridge::sdk {
 void register_native_ops();
+// add, sub, mul, div and their in-place forms: the CPU fallback without its boxed machinery.
+void register_elementwise_fast_path();
 // _copy_from and _copy_from_and_resize see conjugate/negative tensors as they are (copy.cpp).
 void register_copy_math_bits();
 void register_convolution();

@@ -14,13 +14,17 @@ import opinfo_sweep  # noqa: E402
 from opinfo_expected_failures import EXPECTED_FAILURES  # noqa: E402
 
 # Every 6th OpInfo (sorted by name) and the ones this glue has had to fix (math bits, FFTs, views,
-# linear algebra on conjugate views, sparse layouts): about 2.5 minutes at 2 jobs.
+# linear algebra on conjugate views, sparse layouts) or computes on a path of its own (the
+# elementwise shortcut: add, sub, mul, div): about 2.5 minutes at 2 jobs.
 SHARD = (0, 6)
-FOCUS = (r"^(fft\..*|conj|conj_physical|resolve_conj|resolve_neg|view_as_real|view_as_complex|unfold|"
+FOCUS = (r"^(add|sub|mul|div|rsub|"
+         r"fft\..*|conj|conj_physical|resolve_conj|resolve_neg|view_as_real|view_as_complex|unfold|"
          r"as_strided.*|mm|dot|vdot|istft|linalg\.householder_product|linalg\.lu_solve|linalg\.matrix_power|"
          r"to_sparse|sparse\..*|abs|bernoulli|empty_like|randn_like|tensor_split|nn\.functional\.dropout)$")
-# The host-addressable path, on the operators whose math bits and layouts it once got wrong.
-FOCUS_IN_PLACE = (r"^(fft\.(hfft|ihfft|ifft)|conj_physical|resolve_conj|resolve_neg|view_as_real|unfold|mm|dot|vdot|"
+# The host-addressable path, on the operators whose math bits and layouts it once got wrong and
+# the elementwise shortcut's.
+FOCUS_IN_PLACE = (r"^(add|sub|mul|div|rsub|"
+                  r"fft\.(hfft|ihfft|ifft)|conj_physical|resolve_conj|resolve_neg|view_as_real|unfold|mm|dot|vdot|"
                   r"linalg\.householder_product|linalg\.lu_solve|to_sparse|sparse\..*)$")
 
 
