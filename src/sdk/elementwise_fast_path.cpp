@@ -28,6 +28,8 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
+#include <string>
 
 namespace torchbridge::sdk {
 namespace {

@@ -10,8 +10,10 @@
 
 #include "error_message.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
