@@ -54,13 +54,18 @@ log "building (this takes a few minutes on a clean 2-core machine; ccache makes 
 cmake --build build -j "${TORCHBRIDGE_JOBS:-2}"
 
 # ---- 4. The Python package, into .venv (reinstalled only when its sources changed) --------------
-# No build isolation: the extension must compile against the torch installed above.
+# No build isolation: the extension must compile against the torch installed above. The package is
+# built in build/ itself, with the options configured above, so nothing compiles a second time:
+# scikit-build-core reconfigures it for the wheel and installs what is already built.
 package_hash="$(find python src include cli devices cmake -type f -print0 | sort -z | xargs -0 sha256sum \
   | cat - pyproject.toml CMakeLists.txt VERSION | sha256sum | cut -d' ' -f1)"
 package_stamp="$ROOT/.venv/.torchbridge-package"
 if [[ ! -f "$package_stamp" || "$(cat "$package_stamp")" != "$package_hash" ]]; then
   log "installing the torchbridge Python package into .venv"
-  "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps "$ROOT"
+  "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+    -C build-dir=build -C cmake.build-type="${TORCHBRIDGE_BUILD_TYPE:-Release}" \
+    -C cmake.define.TORCHBRIDGE_BUILD_TESTS=ON -C cmake.define.TORCHBRIDGE_BUILD_BENCHMARKS=ON \
+    -C cmake.define.TORCHBRIDGE_WERROR=ON "$ROOT"
   echo "$package_hash" >"$package_stamp"
 fi
 log "set-up complete"
