@@ -36,6 +36,8 @@ LAYERS = {
     # autocast), optimizer-state offload.
     "memory": ["core", "backends", "amp"],
     "validation": ["core", "backends", "checkpoint", "memory"],
+    # Distributed training over c10d: process groups from torchrun's contract.
+    "distributed": ["core", "backends"],
     "cli": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize", "memory"],
     # The Python package hosts the CLI (its `torchbridge` command runs cli::run_cli in-process);
     # everything else it uses comes from the library layers.
@@ -54,6 +56,7 @@ PUBLIC = {
     "amp/": "amp",
     "optimize/": "optimize",
     "memory/": "memory",
+    "distributed/": "distributed",
     "privateuse1.h": "backends",
     "process_isolation.h": "backends",
     "redirect.h": "backends",
@@ -70,6 +73,7 @@ SOURCE_DIRS = {
     "src/amp": "amp",
     "src/optimize": "optimize",
     "src/memory": "memory",
+    "src/distributed": "distributed",
     "cli": "cli",
     "python/src": "python",
     "devices": "devices",

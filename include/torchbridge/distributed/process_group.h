@@ -1,0 +1,76 @@
+#pragma once
+// A process group for distributed training, made of PyTorch's own c10d parts: a TCPStore at
+// MASTER_ADDR:MASTER_PORT for the rendezvous (an in-process store for a world of one) and the
+// collective backend the device needs (Gloo for CPU and SDK devices; NCCL for CUDA, not built
+// yet). Launched by torchrun, or alone as a world of one. Every wait is bounded by the timeout,
+// and a failure (a rank that died, one that never came) raises a c10::Error naming this rank,
+// the operation and the cause, never a hang.
+
+#include <torchbridge/distributed/launch_environment.h>
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace at {
+class Tensor;
+}
+namespace c10d {
+class ProcessGroup;
+}
+
+namespace torchbridge::distributed {
+
+enum class CollectiveBackend { gloo, nccl };
+std::string to_string(CollectiveBackend backend);
+// "gloo" or "nccl"; anything else is a c10::ValueError naming the value.
+CollectiveBackend parse_collective_backend(const std::string& name);
+
+struct InitOptions {
+  // The device training runs on (a backend name: "cpu", "cuda", "emu", ...); it picks the
+  // default collective backend: NCCL for cuda, Gloo for everything else.
+  std::string device = "cpu";
+  std::optional<CollectiveBackend> backend;  // overrides the default
+  // How long the rendezvous and each collective may wait for the other ranks.
+  std::chrono::milliseconds timeout{60'000};
+};
+
+class ProcessGroup {
+ public:
+  ProcessGroup(LaunchEnvironment environment, CollectiveBackend backend, std::chrono::milliseconds timeout,
+               c10::intrusive_ptr<c10d::ProcessGroup> native);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return environment_.rank; }
+  int world_size() const { return environment_.world_size; }
+  const LaunchEnvironment& environment() const { return environment_; }
+  CollectiveBackend backend() const { return backend_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  // The c10d process group, for what this class does not wrap.
+  const c10::intrusive_ptr<c10d::ProcessGroup>& native() const { return native_; }
+
+  // Collectives on CPU tensors, in place, waited for.
+  void all_reduce_sum(at::Tensor& tensor);
+  void broadcast(at::Tensor& tensor, int root);
+  // Every rank's `tensor`, in rank order (each rank must pass the same shape and dtype).
+  std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
+  void barrier();
+
+ private:
+  LaunchEnvironment environment_;
+  CollectiveBackend backend_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::ProcessGroup> native_;
+};
+
+// Joins the group the launch environment describes (read_launch_environment()).
+std::shared_ptr<ProcessGroup> init(const InitOptions& options = {});
+std::shared_ptr<ProcessGroup> init(const LaunchEnvironment& environment, const InitOptions& options);
+
+}  // namespace torchbridge::distributed

@@ -1,0 +1,130 @@
+#include <torchbridge/distributed/process_group.h>
+
+#include "distributed/gloo_backend.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <exception>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace torchbridge::distributed {
+namespace {
+
+std::string where(const LaunchEnvironment& env) {
+  return "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size);
+}
+
+// Runs `step`, turning whatever c10d or Gloo throws (gloo::IoException is a plain
+// std::runtime_error) into one c10::Error that says who failed doing what.
+template <typename Step>
+auto named(const LaunchEnvironment& env, const std::string& what, const Step& step) {
+  try {
+    return step();
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, where(env), ": ", what, " failed: ", e.msg());  // msg(): without the C++ backtrace
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, where(env), ": ", what, " failed: ", e.what());
+  }
+}
+
+void wait(const c10::intrusive_ptr<c10d::Work>& work) { work->wait(); }
+
+c10::intrusive_ptr<c10d::Store> rendezvous_store(const LaunchEnvironment& env, std::chrono::milliseconds timeout) {
+  if (!env.launched) return c10::make_intrusive<c10d::HashStore>();  // a world of one meets nobody
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(env.master_port);
+  options.isServer = env.rank == 0 && !env.agent_store;
+  options.numWorkers = static_cast<size_t>(env.world_size);
+  options.waitWorkers = true;
+  options.timeout = timeout;
+  return named(env,
+               "meeting the other ranks at MASTER_ADDR " + env.master_addr + ", MASTER_PORT " +
+                   std::to_string(env.master_port) + " (timeout " + std::to_string(timeout.count()) + " ms)",
+               [&] { return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options); });
+}
+
+void check_tensor(const at::Tensor& tensor, const char* operation) {
+  TORCH_CHECK_VALUE(tensor.defined() && tensor.is_cpu(), operation,
+                    " takes a defined CPU tensor (copy device tensors to the CPU first), got ",
+                    tensor.defined() ? tensor.device().str() : std::string("an undefined tensor"));
+}
+
+}  // namespace
+
+std::string to_string(CollectiveBackend backend) { return backend == CollectiveBackend::gloo ? "gloo" : "nccl"; }
+
+CollectiveBackend parse_collective_backend(const std::string& name) {
+  if (name == "gloo") return CollectiveBackend::gloo;
+  if (name == "nccl") return CollectiveBackend::nccl;
+  TORCH_CHECK_VALUE(false, "collective backend '", name, "' is not one of: gloo, nccl");
+}
+
+ProcessGroup::ProcessGroup(LaunchEnvironment environment, CollectiveBackend backend,
+                           std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::ProcessGroup> native)
+    : environment_(std::move(environment)), backend_(backend), timeout_(timeout), native_(std::move(native)) {}
+
+ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::all_reduce_sum(at::Tensor& tensor) {
+  check_tensor(tensor, "all_reduce_sum");
+  std::vector<at::Tensor> tensors{tensor};
+  named(environment_, "all_reduce", [&] { wait(native_->allreduce(tensors)); });
+}
+
+void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
+  check_tensor(tensor, "broadcast");
+  TORCH_CHECK_VALUE(root >= 0 && root < world_size(), "broadcast root ", root, " is not a rank of this world (0..",
+                    world_size() - 1, ")");
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  named(environment_, "broadcast from rank " + std::to_string(root),
+        [&] { wait(native_->broadcast(tensors, options)); });
+}
+
+std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
+  check_tensor(tensor, "all_gather");
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < world_size(); ++r) outputs[0].push_back(at::empty_like(tensor));
+  std::vector<at::Tensor> inputs{tensor.contiguous()};
+  named(environment_, "all_gather", [&] { wait(native_->allgather(outputs, inputs)); });
+  return outputs[0];
+}
+
+void ProcessGroup::barrier() {
+  named(environment_, "barrier", [&] { wait(native_->barrier()); });
+}
+
+std::shared_ptr<ProcessGroup> init(const InitOptions& options) { return init(read_launch_environment(), options); }
+
+std::shared_ptr<ProcessGroup> init(const LaunchEnvironment& env, const InitOptions& options) {
+  TORCH_CHECK_VALUE(options.timeout.count() > 0, "the distributed timeout must be positive, got ",
+                    options.timeout.count(), " ms");
+  const bool cuda = options.device.rfind("cuda", 0) == 0;
+  const CollectiveBackend backend =
+      options.backend.value_or(cuda ? CollectiveBackend::nccl : CollectiveBackend::gloo);
+  TORCH_CHECK_VALUE(backend == CollectiveBackend::gloo, "the nccl collective backend is not available: ",
+#ifdef USE_C10D_NCCL
+                    "TorchBridge does not build its NCCL process group yet",
+#else
+                    "this torch build has no NCCL (it was built without USE_C10D_NCCL)",
+#endif
+                    "; use gloo (device '", options.device, "')");
+  const auto store = c10::make_intrusive<c10d::PrefixStore>("torchbridge", rendezvous_store(env, options.timeout));
+  const auto gloo = named(env, "connecting Gloo to every other rank (timeout " +
+                                   std::to_string(options.timeout.count()) + " ms)",
+                          [&] { return make_gloo_backend(store, env.rank, env.world_size, options.timeout); });
+  auto native = c10::make_intrusive<c10d::ProcessGroup>(store, env.rank, env.world_size);
+  native->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  native->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  return std::make_shared<ProcessGroup>(env, backend, options.timeout, std::move(native));
+}
+
+}  // namespace torchbridge::distributed

@@ -1,0 +1,167 @@
+// The distributed layer's contract with its launcher and with c10d, in one process: torchrun's
+// environment read (or refused) variable by variable, a world of one without torchrun, and the
+// errors for what cannot work (NCCL on a CPU-only torch, a rank 0 that never comes). Collectives
+// across real processes run under torchrun (distributed_worker.cpp, CTest distributed.*).
+#include <torchbridge/distributed/launch_environment.h>
+#include <torchbridge/distributed/process_group.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "error_message.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace torchbridge::distributed {
+namespace {
+
+using test_support::error_of;
+
+using Variables = std::map<std::string, std::string>;
+
+LaunchEnvironment read(const Variables& variables) {
+  return read_launch_environment([&](const char* name) -> const char* {
+    const auto it = variables.find(name);
+    return it == variables.end() ? nullptr : it->second.c_str();
+  });
+}
+
+Variables torchrun_variables() {
+  return {{"RANK", "3"},        {"WORLD_SIZE", "4"},          {"LOCAL_RANK", "1"},
+          {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29511"},
+          {"TORCHELASTIC_RESTART_COUNT", "2"}, {"TORCHELASTIC_RUN_ID", "job-7"},
+          {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+}
+
+TEST(LaunchEnvironment, NoVariablesIsAWorldOfOne) {
+  const LaunchEnvironment env = read({});
+  EXPECT_FALSE(env.launched);
+  EXPECT_EQ(env.rank, 0);
+  EXPECT_EQ(env.world_size, 1);
+  EXPECT_EQ(env.local_world_size, 1);
+}
+
+TEST(LaunchEnvironment, ReadsTorchrunsContract) {
+  const LaunchEnvironment env = read(torchrun_variables());
+  EXPECT_TRUE(env.launched);
+  EXPECT_EQ(env.rank, 3);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.local_world_size, 2);
+  EXPECT_EQ(env.master_addr, "node0");
+  EXPECT_EQ(env.master_port, 29511);
+  EXPECT_EQ(env.restart_count, 2);
+  EXPECT_EQ(env.run_id, "job-7");
+  EXPECT_TRUE(env.agent_store);
+}
+
+TEST(LaunchEnvironment, EveryBadValueIsNamed) {
+  const auto refused = [](const std::string& name, const std::string& value) {
+    Variables variables = torchrun_variables();
+    variables[name] = value;
+    return error_of([&] { read(variables); });
+  };
+  for (const auto& [name, value, expected] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"RANK", "x", "RANK 'x'"},
+           {"RANK", "4", "RANK '4'"},  // outside a world of 4
+           {"RANK", "-1", "RANK '-1'"},
+           {"WORLD_SIZE", "0", "WORLD_SIZE '0'"},
+           {"LOCAL_RANK", "2", "LOCAL_RANK '2'"},  // outside 2 local ranks
+           {"LOCAL_WORLD_SIZE", "5", "LOCAL_WORLD_SIZE '5'"},  // more than the world
+           {"MASTER_PORT", "70000", "MASTER_PORT '70000'"},
+           {"MASTER_PORT", "", "MASTER_PORT ''"},
+           {"MASTER_ADDR", "", "MASTER_ADDR is empty"},
+           {"TORCHELASTIC_RESTART_COUNT", "-3", "TORCHELASTIC_RESTART_COUNT '-3'"},
+           {"TORCHELASTIC_USE_AGENT_STORE", "yes", "TORCHELASTIC_USE_AGENT_STORE 'yes'"},
+       }) {
+    const std::string message = refused(name, value);
+    EXPECT_NE(message.find(expected), std::string::npos) << name << "=" << value << ": " << message;
+  }
+}
+
+TEST(LaunchEnvironment, APartialEnvironmentSaysWhatIsMissing) {
+  Variables variables = torchrun_variables();
+  variables.erase("MASTER_PORT");
+  variables.erase("LOCAL_RANK");
+  const std::string message = error_of([&] { read(variables); });
+  EXPECT_NE(message.find("missing: LOCAL_RANK, MASTER_PORT"), std::string::npos) << message;
+  EXPECT_NE(message.find("torchrun"), std::string::npos) << message;
+}
+
+TEST(ProcessGroup, AWorldOfOneRunsEveryCollectiveWithoutTorchrun) {
+  const auto group = init(LaunchEnvironment{}, InitOptions{});
+  EXPECT_EQ(group->rank(), 0);
+  EXPECT_EQ(group->world_size(), 1);
+  EXPECT_EQ(group->backend(), CollectiveBackend::gloo);
+  const at::Tensor original = at::arange(6, at::kFloat);
+  at::Tensor x = original.clone();
+  group->all_reduce_sum(x);
+  EXPECT_TRUE(at::equal(x, original));
+  group->broadcast(x, 0);
+  EXPECT_TRUE(at::equal(x, original));
+  const auto gathered = group->all_gather(original);
+  ASSERT_EQ(gathered.size(), 1u);
+  EXPECT_TRUE(at::equal(gathered[0], original));
+  group->barrier();
+  // Bad arguments are refused before any communication.
+  EXPECT_NE(error_of([&] { group->broadcast(x, 1); }).find("broadcast root 1 is not a rank"), std::string::npos);
+  at::Tensor undefined;
+  EXPECT_NE(error_of([&] { group->all_reduce_sum(undefined); }).find("undefined tensor"), std::string::npos);
+}
+
+TEST(ProcessGroup, NcclIsRefusedWithTheReasonAndTheWayOut) {
+  InitOptions options;
+  options.device = "cuda";  // its default backend is NCCL
+  const std::string message = error_of([&] { init(LaunchEnvironment{}, options); });
+  EXPECT_NE(message.find("nccl"), std::string::npos) << message;
+  EXPECT_NE(message.find("use gloo"), std::string::npos) << message;
+  EXPECT_NE(error_of([&] { parse_collective_backend("mpi"); }).find("'mpi' is not one of: gloo, nccl"),
+            std::string::npos);
+  options.timeout = std::chrono::milliseconds(0);
+  EXPECT_NE(error_of([&] { init(LaunchEnvironment{}, options); }).find("timeout must be positive"), std::string::npos);
+}
+
+// A port nobody listens on: bind one, note it, close it.
+int unused_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  socklen_t length = sizeof(address);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+TEST(ProcessGroup, ARankZeroThatNeverComesIsATimeoutNamingTheAddress) {
+  LaunchEnvironment env;
+  env.launched = true;
+  env.rank = 1;
+  env.world_size = 2;
+  env.local_world_size = 2;
+  env.local_rank = 1;
+  env.master_addr = "127.0.0.1";
+  env.master_port = unused_port();
+  InitOptions options;
+  options.timeout = std::chrono::milliseconds(1500);
+  const std::string message = error_of([&] { init(env, options); });
+  EXPECT_NE(message.find("rank 1 of 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("MASTER_ADDR 127.0.0.1, MASTER_PORT " + std::to_string(env.master_port)), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("timeout 1500 ms"), std::string::npos) << message;
+  EXPECT_EQ(message.find("frame #"), std::string::npos) << "a user-facing message, not a C++ backtrace";
+}
+
+}  // namespace
+}  // namespace torchbridge::distributed
