@@ -1,11 +1,20 @@
 // One rank of a torchrun job (CTest distributed.torchrun_*): joins the group from torchrun's
-// environment, runs each collective with values that depend on the rank, checks the results
-// against what every rank must get, and exits non-zero naming the first disagreement.
+// environment, runs each collective with values that depend on the rank, then trains with
+// DataParallel on this rank's share of a batch and compares with training on the whole batch in
+// one process; exits non-zero naming the first disagreement.
+#include <torchbridge/distributed/data_parallel.h>
 #include <torchbridge/distributed/process_group.h>
 
 #include <ATen/ATen.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -19,14 +28,102 @@ void expect(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error(what + " disagrees with the expected value");
 }
 
+torch::nn::Sequential make_model(uint64_t seed) {
+  torch::manual_seed(seed);
+  torch::nn::Sequential model(torch::nn::Linear(8, 16), torch::nn::Tanh(), torch::nn::Linear(16, 4));
+  model->to(at::kDouble);  // float64: the only differences left are summation order's
+  return model;
+}
+
+at::Tensor gradient_checksum(const torch::nn::Module& model) {
+  at::Tensor sum = at::zeros({1}, at::kDouble);
+  for (const auto& p : model.parameters()) sum += p.grad().sum();
+  return sum;
+}
+
+double max_difference(const torch::nn::Module& a, const torch::nn::Module& b) {
+  const auto pa = a.parameters(), pb = b.parameters();
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<double>());
+  return worst;
+}
+
+// Each rank trains on its share of a 24-row batch; the reference trains alone on all 24 rows
+// from rank 0's initial weights. Averaged gradients of equal shares are the whole batch's
+// gradient, so the parameters must agree to summation order. Two steps accumulate two
+// micro-batches under no_sync() (their gradient is twice the whole batch's).
+double data_parallel_against_one_process(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group) {
+  const int rank = group->rank(), world = group->world_size();
+  constexpr int64_t kBatch = 24;
+  torch::manual_seed(7);  // the same data on every rank
+  const at::Tensor inputs = at::randn({kBatch, 8}, at::kDouble), targets = at::randn({kBatch, 4}, at::kDouble);
+  auto model = make_model(100 + rank);  // each rank starts different: DataParallel takes rank 0's
+  auto reference = make_model(100);
+  torchbridge::distributed::DataParallel parallel(*model, group);
+  expect(max_difference(*model, *reference) == 0, "DataParallel's initial broadcast");
+  torch::optim::SGD optimizer(model->parameters(), 0.1), reference_optimizer(reference->parameters(), 0.1);
+  const int64_t share = kBatch / world;
+  const at::Tensor x = inputs.narrow(0, rank * share, share), y = targets.narrow(0, rank * share, share);
+  namespace F = torch::nn::functional;
+  for (int step = 0; step < 6; ++step) {
+    optimizer.zero_grad();
+    const bool accumulate = step >= 4;
+    if (accumulate) {
+      const int64_t half = share / 2;
+      {
+        auto local = parallel.no_sync();
+        parallel.backward(F::mse_loss(model->forward(x.narrow(0, 0, half)), y.narrow(0, 0, half)));
+      }
+      // Inside no_sync the gradients stayed local: ranks saw different rows, so they differ.
+      if (world > 1) {
+        const at::Tensor mine = gradient_checksum(*model);
+        int same = 0;
+        for (const auto& other : group->all_gather(mine)) same += at::equal(other, mine) ? 1 : 0;
+        expect(same == 1, "no_sync (gradients were exchanged inside it)");
+      }
+      parallel.backward(F::mse_loss(model->forward(x.narrow(0, half, half)), y.narrow(0, half, half)));
+    } else {
+      parallel.backward(F::mse_loss(model->forward(x), y));
+    }
+    optimizer.step();
+    reference_optimizer.zero_grad();
+    (F::mse_loss(reference->forward(inputs), targets) * (accumulate ? 2.0 : 1.0)).backward();
+    reference_optimizer.step();
+  }
+  // Every rank must end with the same parameters: compare checksums across ranks.
+  at::Tensor checksum = at::zeros({1}, at::kDouble);
+  for (const auto& p : model->parameters()) checksum += p.detach().sum() + (p.detach() * p.detach()).sum();
+  for (const auto& other : group->all_gather(checksum)) {
+    expect(at::equal(other, checksum), "the parameters' checksum across ranks");
+  }
+  return max_difference(*model, *reference);
+}
+
 }  // namespace
 
-int main() {
+// Ranks whose models differ (a hidden size that depends on the rank) must be refused when
+// DataParallel starts, on every rank, before any training.
+int refuse_mismatched_models(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group) {
+  torch::nn::Sequential model(torch::nn::Linear(8, 16 + group->rank()), torch::nn::Linear(16 + group->rank(), 4));
+  try {
+    torchbridge::distributed::DataParallel parallel(*model, group);
+  } catch (const c10::Error& e) {
+    const std::string message = e.msg();
+    expect(message.find("the model differs across ranks (ranks [1] do not match rank 0's") != std::string::npos,
+           "the mismatch error (" + message.substr(0, 300) + ")");
+    std::printf("rank %d: mismatched models refused: %s\n", group->rank(), message.substr(0, 200).c_str());
+    return 0;
+  }
+  throw std::runtime_error("DataParallel accepted models that differ across ranks");
+}
+
+int main(int argc, char** argv) {
   using torchbridge::distributed::init;
   try {
     torchbridge::distributed::InitOptions options;
     options.timeout = std::chrono::seconds(60);
     const auto group = init(options);
+    if (argc > 1 && std::string(argv[1]) == "mismatched-models") return refuse_mismatched_models(group);
     const int rank = group->rank(), world = group->world_size();
     expect(group->environment().launched, "launched by torchrun");
 
@@ -46,6 +143,11 @@ int main() {
     group->barrier();
     std::printf("rank %d of %d (local %d of %d): all_reduce, broadcast, all_gather, barrier agree\n", rank, world,
                 group->environment().local_rank, group->environment().local_world_size);
+
+    const double difference = data_parallel_against_one_process(group);
+    std::printf("rank %d of %d: DataParallel after 6 steps (2 accumulated) vs one process on the whole batch: "
+                "max |difference| %.3g\n", rank, world, difference);
+    expect(difference <= 1e-12, "DataParallel's parameters against one-process training");
     return 0;
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "distributed_worker: %s\n", e.msg().c_str());  // without the C++ backtrace

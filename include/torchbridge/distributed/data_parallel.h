@@ -1,0 +1,81 @@
+#pragma once
+// Data parallel training for LibTorch modules, what DistributedDataParallel is in Python
+// (LibTorch has none, pytorch#48959), built on c10d's own Reducer: every rank holds the whole
+// model and a share of the batch; gradients are averaged across ranks in buckets (25 MiB, the
+// last-registered parameters first) whose all-reduce starts from autograd hooks as each bucket
+// fills, so communication overlaps the rest of backward.
+//
+//   auto group = torchbridge::distributed::init();
+//   torchbridge::distributed::DataParallel parallel(*model, group);  // rank 0's weights everywhere
+//   loss = ...forward on this rank's share...;
+//   parallel.backward(loss);   // gradients now averaged over every rank
+//   optimizer.step();
+//
+// Accumulating over micro-batches: backward passes inside `auto scope = parallel.no_sync();`
+// keep their gradients local; the next parallel.backward() outside reduces the sum.
+
+#include <torchbridge/distributed/process_group.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace at {
+class Tensor;
+}
+namespace c10d {
+class Reducer;
+}
+namespace torch::nn {
+class Module;
+}
+
+namespace torchbridge::distributed {
+
+struct DataParallelOptions {
+  int64_t bucket_bytes = 25LL << 20;       // as DistributedDataParallel's bucket_cap_mb=25
+  int64_t first_bucket_bytes = 1LL << 20;  // a small first bucket starts communication early
+  // Parameters a step may leave without a gradient are found by walking the graph from the loss
+  // (costs a traversal per step); without it such a parameter makes backward wait forever on the
+  // CPU and raise on the next step.
+  bool find_unused_parameters = false;
+};
+
+class DataParallel {
+ public:
+  // Checks that every rank has the same parameter shapes (a mismatch is an error naming the
+  // ranks), then broadcasts rank 0's parameters and buffers to all. CPU modules only for now.
+  DataParallel(torch::nn::Module& module, std::shared_ptr<ProcessGroup> group, DataParallelOptions options = {});
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // loss.backward(), leaving every parameter's gradient averaged over all ranks (inside
+  // no_sync(): plain loss.backward()).
+  void backward(const at::Tensor& loss);
+
+  class NoSync {
+   public:
+    explicit NoSync(DataParallel& parallel);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DataParallel& parallel_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
+  const ProcessGroup& group() const { return *group_; }
+  size_t bucket_count() const { return bucket_count_; }
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+  std::vector<at::Tensor> parameters_;
+  std::unique_ptr<c10d::Reducer> reducer_;
+  size_t bucket_count_ = 0;
+  bool synchronize_ = true;
+};
+
+}  // namespace torchbridge::distributed
