@@ -1,5 +1,7 @@
 #include <torchbridge/distributed/data_parallel.h>
 
+#include "distributed/failure_cause.h"
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -23,18 +25,13 @@ namespace {
 // DistributedDataParallel's broadcast buffer for the initial state.
 constexpr size_t kBroadcastBytes = 250u << 20;
 
-std::string where(const ProcessGroup& group) {
-  return "rank " + std::to_string(group.rank()) + " of " + std::to_string(group.world_size());
-}
-
+// Runs a step that drives c10d directly; a failure becomes the group's error, naming the lost rank.
 template <typename Step>
 void named(const ProcessGroup& group, const std::string& what, const Step& step) {
   try {
     step();
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "DataParallel, ", where(group), ": ", what, " failed: ", e.msg());
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, "DataParallel, ", where(group), ": ", what, " failed: ", e.what());
+    group.raise_failure("DataParallel " + what, failure_cause(e));
   }
 }
 
@@ -72,7 +69,7 @@ DataParallel::DataParallel(torch::nn::Module& module, std::shared_ptr<ProcessGro
   for (size_t r = 0; r < outcomes.size(); ++r) {
     if (outcomes[r].item<int>() != 0) differing.push_back(static_cast<int64_t>(r));
   }
-  TORCH_CHECK_VALUE(differing.empty(), "DataParallel, ", where(*group_), ": the model differs across ranks (ranks ",
+  TORCH_CHECK_VALUE(differing.empty(), "DataParallel, rank ", group_->rank(), " of ", group_->world_size(), ": the model differs across ranks (ranks ",
                     c10::IntArrayRef(differing), " do not match rank 0's parameter shapes)",
                     mismatch.empty() ? std::string() : ": " + mismatch);
   std::vector<at::Tensor> state;

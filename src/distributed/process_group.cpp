@@ -1,6 +1,8 @@
 #include <torchbridge/distributed/process_group.h>
 
+#include "distributed/failure_cause.h"
 #include "distributed/gloo_backend.h"
+#include "distributed/liveness.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -21,20 +23,27 @@ std::string where(const LaunchEnvironment& env) {
   return "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size);
 }
 
-// Runs `step`, turning whatever c10d or Gloo throws (gloo::IoException is a plain
-// std::runtime_error) into one c10::Error that says who failed doing what.
+// Runs a step of joining the group, which has no liveness to consult yet.
 template <typename Step>
-auto named(const LaunchEnvironment& env, const std::string& what, const Step& step) {
+auto joining(const LaunchEnvironment& env, const std::string& what, const Step& step) {
   try {
     return step();
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, where(env), ": ", what, " failed: ", e.msg());  // msg(): without the C++ backtrace
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, where(env), ": ", what, " failed: ", e.what());
+    TORCH_CHECK(false, where(env), ": ", what, " failed: ", failure_cause(e));
   }
 }
 
 void wait(const c10::intrusive_ptr<c10d::Work>& work) { work->wait(); }
+
+// Runs one collective of `group`; a failure becomes the group's error, naming the lost rank.
+template <typename Step>
+void run(const ProcessGroup& group, const std::string& operation, const Step& step) {
+  try {
+    step();
+  } catch (const std::exception& e) {
+    group.raise_failure(operation, failure_cause(e));
+  }
+}
 
 c10::intrusive_ptr<c10d::Store> rendezvous_store(const LaunchEnvironment& env, std::chrono::milliseconds timeout) {
   if (!env.launched) return c10::make_intrusive<c10d::HashStore>();  // a world of one meets nobody
@@ -44,7 +53,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous_store(const LaunchEnvironment& env, s
   options.numWorkers = static_cast<size_t>(env.world_size);
   options.waitWorkers = true;
   options.timeout = timeout;
-  return named(env,
+  return joining(env,
                "meeting the other ranks at MASTER_ADDR " + env.master_addr + ", MASTER_PORT " +
                    std::to_string(env.master_port) + " (timeout " + std::to_string(timeout.count()) + " ms)",
                [&] { return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options); });
@@ -67,15 +76,30 @@ CollectiveBackend parse_collective_backend(const std::string& name) {
 }
 
 ProcessGroup::ProcessGroup(LaunchEnvironment environment, CollectiveBackend backend,
-                           std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::ProcessGroup> native)
-    : environment_(std::move(environment)), backend_(backend), timeout_(timeout), native_(std::move(native)) {}
+                           std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::ProcessGroup> native,
+                           const c10::intrusive_ptr<c10d::Store>& store)
+    : environment_(std::move(environment)), backend_(backend), timeout_(timeout), native_(std::move(native)) {
+  if (environment_.launched && environment_.world_size > 1) {
+    liveness_ = std::make_unique<Liveness>(store, environment_, heartbeat_period(timeout_));
+  }
+}
 
 ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::raise_failure(const std::string& operation, const std::string& cause) const {
+  // Which rank was lost comes first: it is what the reader needs, and the cause, what Gloo saw
+  // from here, often names only an address.
+  if (liveness_) {
+    TORCH_CHECK(false, where(environment_), ": ", operation, " failed: ", liveness_->diagnose(),
+                ". What this rank saw: ", cause);
+  }
+  TORCH_CHECK(false, where(environment_), ": ", operation, " failed: ", cause);
+}
 
 void ProcessGroup::all_reduce_sum(at::Tensor& tensor) {
   check_tensor(tensor, "all_reduce_sum");
   std::vector<at::Tensor> tensors{tensor};
-  named(environment_, "all_reduce", [&] { wait(native_->allreduce(tensors)); });
+  run(*this, "all_reduce", [&] { wait(native_->allreduce(tensors)); });
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
@@ -85,7 +109,7 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
-  named(environment_, "broadcast from rank " + std::to_string(root),
+  run(*this, "broadcast from rank " + std::to_string(root),
         [&] { wait(native_->broadcast(tensors, options)); });
 }
 
@@ -94,12 +118,12 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < world_size(); ++r) outputs[0].push_back(at::empty_like(tensor));
   std::vector<at::Tensor> inputs{tensor.contiguous()};
-  named(environment_, "all_gather", [&] { wait(native_->allgather(outputs, inputs)); });
+  run(*this, "all_gather", [&] { wait(native_->allgather(outputs, inputs)); });
   return outputs[0];
 }
 
 void ProcessGroup::barrier() {
-  named(environment_, "barrier", [&] { wait(native_->barrier()); });
+  run(*this, "barrier", [&] { wait(native_->barrier()); });
 }
 
 std::shared_ptr<ProcessGroup> init(const InitOptions& options) { return init(read_launch_environment(), options); }
@@ -118,13 +142,13 @@ std::shared_ptr<ProcessGroup> init(const LaunchEnvironment& env, const InitOptio
 #endif
                     "; use gloo (device '", options.device, "')");
   const auto store = c10::make_intrusive<c10d::PrefixStore>("torchbridge", rendezvous_store(env, options.timeout));
-  const auto gloo = named(env, "connecting Gloo to every other rank (timeout " +
+  const auto gloo = joining(env, "connecting Gloo to every other rank (timeout " +
                                    std::to_string(options.timeout.count()) + " ms)",
                           [&] { return make_gloo_backend(store, env.rank, env.world_size, options.timeout); });
   auto native = c10::make_intrusive<c10d::ProcessGroup>(store, env.rank, env.world_size);
   native->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
   native->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-  return std::make_shared<ProcessGroup>(env, backend, options.timeout, std::move(native));
+  return std::make_shared<ProcessGroup>(env, backend, options.timeout, std::move(native), store);
 }
 
 }  // namespace torchbridge::distributed

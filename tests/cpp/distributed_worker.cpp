@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -117,13 +118,39 @@ int refuse_mismatched_models(const std::shared_ptr<torchbridge::distributed::Pro
   throw std::runtime_error("DataParallel accepted models that differ across ranks");
 }
 
+// Trains with DataParallel until rank `victim` is lost at step 3: by SIGKILL, by SIGSTOP (a
+// process that hangs; its heartbeat stops too), or by finishing early (signal 0: it returns). The survivors must fail within the timeout with an
+// error naming the victim (tests/python/test_distributed_faults.py checks it and reaps the victim).
+int lose_a_rank(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group, int victim, int signal) {
+  torch::manual_seed(3);
+  torch::nn::Sequential model(torch::nn::Linear(8, 16), torch::nn::Tanh(), torch::nn::Linear(16, 4));
+  torchbridge::distributed::DataParallel parallel(*model, group);
+  torch::optim::SGD optimizer(model->parameters(), 0.01);
+  for (int step = 0; step < 1'000'000; ++step) {
+    if (step == 3 && group->rank() == victim) {
+      if (signal == 0) return 0;
+      std::raise(signal);
+    }
+    optimizer.zero_grad();
+    parallel.backward(torch::nn::functional::mse_loss(model->forward(at::randn({4, 8})), at::zeros({4, 4})));
+    optimizer.step();
+  }
+  throw std::runtime_error("training went on after rank " + std::to_string(victim) + " was lost");
+}
+
 int main(int argc, char** argv) {
   using torchbridge::distributed::init;
   try {
+    const std::string mode = argc > 1 ? argv[1] : "";
     torchbridge::distributed::InitOptions options;
-    options.timeout = std::chrono::seconds(60);
+    // lose-rank VICTIM kill|stop|finish TIMEOUT_MS
+    options.timeout = std::chrono::milliseconds(mode == "lose-rank" && argc > 4 ? std::stoll(argv[4]) : 60'000);
     const auto group = init(options);
-    if (argc > 1 && std::string(argv[1]) == "mismatched-models") return refuse_mismatched_models(group);
+    if (mode == "mismatched-models") return refuse_mismatched_models(group);
+    if (mode == "lose-rank" && argc > 4) {
+      const std::string how = argv[3];
+      return lose_a_rank(group, std::stoi(argv[2]), how == "stop" ? SIGSTOP : how == "finish" ? 0 : SIGKILL);
+    }
     const int rank = group->rank(), world = group->world_size();
     expect(group->environment().launched, "launched by torchrun");
 

@@ -21,7 +21,8 @@ class Tensor;
 }
 namespace c10d {
 class ProcessGroup;
-}
+class Store;
+}  // namespace c10d
 
 namespace torchbridge::distributed {
 
@@ -39,10 +40,14 @@ struct InitOptions {
   std::chrono::milliseconds timeout{60'000};
 };
 
+class Liveness;
+
 class ProcessGroup {
  public:
+  // `store` is the rendezvous store `native` met through; in a launched world of more than one,
+  // each rank beats a heartbeat in it, so a failure can name the rank that was lost.
   ProcessGroup(LaunchEnvironment environment, CollectiveBackend backend, std::chrono::milliseconds timeout,
-               c10::intrusive_ptr<c10d::ProcessGroup> native);
+               c10::intrusive_ptr<c10d::ProcessGroup> native, const c10::intrusive_ptr<c10d::Store>& store);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -62,11 +67,17 @@ class ProcessGroup {
   std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
   void barrier();
 
+  // Raises the c10::Error every failed collective raises: "rank r of w: <operation> failed:
+  // <which rank was lost, or that all are alive>. What this rank saw: <cause>" (a world of one:
+  // just the cause). For code that drives `native()` itself, as DataParallel does.
+  [[noreturn]] void raise_failure(const std::string& operation, const std::string& cause) const;
+
  private:
   LaunchEnvironment environment_;
   CollectiveBackend backend_;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::ProcessGroup> native_;
+  std::unique_ptr<Liveness> liveness_;  // null for a world of one
 };
 
 // Joins the group the launch environment describes (read_launch_environment()).
