@@ -37,7 +37,22 @@ void named(const ProcessGroup& group, const std::string& what, const Step& step)
 
 }  // namespace
 
+namespace {
+
+ModelTensors tensors_of(torch::nn::Module& module) {
+  ModelTensors tensors;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) tensors.parameters.emplace_back(item.key(), item.value());
+  tensors.buffers = module.buffers(/*recurse=*/true);
+  return tensors;
+}
+
+}  // namespace
+
 DataParallel::DataParallel(torch::nn::Module& module, std::shared_ptr<ProcessGroup> group,
+                           DataParallelOptions options)
+    : DataParallel(tensors_of(module), std::move(group), options) {}
+
+DataParallel::DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGroup> group,
                            DataParallelOptions options)
     : group_(std::move(group)) {
   TORCH_CHECK_VALUE(group_ != nullptr, "DataParallel needs a process group (torchbridge::distributed::init())");
@@ -45,12 +60,12 @@ DataParallel::DataParallel(torch::nn::Module& module, std::shared_ptr<ProcessGro
                     "DataParallel bucket sizes must be positive, got bucket_bytes ", options.bucket_bytes,
                     " and first_bucket_bytes ", options.first_bucket_bytes);
   std::unordered_map<size_t, std::string> names;
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
-    if (!item.value().requires_grad()) continue;
-    TORCH_CHECK_VALUE(item.value().is_cpu(), "DataParallel runs on Gloo with CPU parameters for now; parameter '",
-                      item.key(), "' is on ", item.value().device());
-    names.emplace(parameters_.size(), item.key());
-    parameters_.push_back(item.value());
+  for (const auto& [name, parameter] : model.parameters) {
+    if (!parameter.requires_grad()) continue;
+    TORCH_CHECK_VALUE(parameter.is_cpu(), "DataParallel runs on Gloo with CPU parameters for now; parameter '", name,
+                      "' is on ", parameter.device());
+    names.emplace(parameters_.size(), name);
+    parameters_.push_back(parameter);
   }
   TORCH_CHECK_VALUE(!parameters_.empty(), "DataParallel: the module has no parameter that requires a gradient");
   const auto& native = group_->native();
@@ -74,7 +89,7 @@ DataParallel::DataParallel(torch::nn::Module& module, std::shared_ptr<ProcessGro
                     mismatch.empty() ? std::string() : ": " + mismatch);
   std::vector<at::Tensor> state;
   for (const auto& p : parameters_) state.push_back(p.detach());
-  for (const auto& b : module.buffers(/*recurse=*/true)) state.push_back(b.detach());
+  for (const auto& b : model.buffers) state.push_back(b.detach());
   named(*group_, "broadcasting rank 0's parameters and buffers", [&] {
     const at::NoGradGuard no_grad;
     c10d::broadcast_coalesced(native, state, kBroadcastBytes, 0);

@@ -18,6 +18,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace at {
@@ -41,11 +43,19 @@ struct DataParallelOptions {
   bool find_unused_parameters = false;
 };
 
+// What DataParallel needs of a model, for models that are not torch::nn modules (TorchScript):
+// its parameters by name, in registration order, and its buffers.
+struct ModelTensors {
+  std::vector<std::pair<std::string, at::Tensor>> parameters;
+  std::vector<at::Tensor> buffers;
+};
+
 class DataParallel {
  public:
   // Checks that every rank has the same parameter shapes (a mismatch is an error naming the
   // ranks), then broadcasts rank 0's parameters and buffers to all. CPU modules only for now.
   DataParallel(torch::nn::Module& module, std::shared_ptr<ProcessGroup> group, DataParallelOptions options = {});
+  DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGroup> group, DataParallelOptions options = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
