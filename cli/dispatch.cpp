@@ -26,6 +26,7 @@ Commands:
   export    write a model as TorchScript or safetensors (torch.export, AOTInductor, ONNX: the
             Python package's command)
   bench     the SDK, checkpoint and validation micro-benchmarks: one table of ratios
+  train     train a built-in model alone or under torchrun (--data-parallel, --zero1)
   run       (Python package only) run a CUDA program redirected to this machine's accelerator
 
 Run 'torchbridge COMMAND --help' for a command's options.
@@ -53,12 +54,13 @@ int dispatch(const std::vector<std::string>& argv) {
   if (command == "portability") return run_portability(rest);
   if (command == "export") return run_export(rest);
   if (command == "bench") return run_bench(rest);
+  if (command == "train") return run_train(rest);
   if (command == "run") {
     std::cerr << "torchbridge: 'run' needs Python: it is provided by the TorchBridge Python package's "
                  "`torchbridge` command (pip install . from the repository), not by this C++ binary\n";
     return 1;
   }
-  throw UsageError("unknown command '" + command + "'; valid commands: info, doctor, checkpoint, validate, portability, export, bench, run (Python package)");
+  throw UsageError("unknown command '" + command + "'; valid commands: info, doctor, checkpoint, validate, portability, export, bench, train, run (Python package)");
 }
 }  // namespace
 

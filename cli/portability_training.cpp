@@ -11,14 +11,19 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 namespace torchbridge::cli {
 
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<at::Tensor> parameters) {
+  return std::make_unique<torch::optim::Adam>(std::move(parameters), torch::optim::AdamOptions(3e-3));
+}
+
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const torch::jit::Module& model) {
   std::vector<at::Tensor> parameters;
   for (const auto& p : model.parameters()) parameters.push_back(p);
-  return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(3e-3));
+  return make_optimizer(std::move(parameters));
 }
 
 TrainingRun train_transformer(c10::Device device, int steps, uint64_t seed, bool checkpointing) {

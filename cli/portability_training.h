@@ -27,5 +27,7 @@ struct TrainingRun {
 TrainingRun train_transformer(c10::Device device, int steps, uint64_t seed, bool checkpointing = false);
 // Adam over a module's parameters, as the run trains with (restoring needs the same type).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const torch::jit::Module& model);
+// The same optimizer over some parameters (`torchbridge train --zero1`: one rank's shard).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<at::Tensor> parameters);
 
 }  // namespace torchbridge::cli

@@ -38,10 +38,11 @@ LAYERS = {
     "validation": ["core", "backends", "checkpoint", "memory"],
     # Distributed training over c10d: process groups from torchrun's contract.
     "distributed": ["core", "backends"],
-    "cli": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize", "memory"],
+    "cli": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize", "memory", "distributed"],
     # The Python package hosts the CLI (its `torchbridge` command runs cli::run_cli in-process);
     # everything else it uses comes from the library layers.
-    "python": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize", "memory", "cli"],
+    "python": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize", "memory", "distributed",
+               "cli"],
     "devices": ["sdk-abi"],
     "umbrella": ["core", "backends", "sdk", "checkpoint", "validation", "amp", "optimize", "memory"],
 }

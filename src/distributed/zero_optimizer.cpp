@@ -44,6 +44,50 @@ std::vector<int> assign_owners(const std::vector<at::Tensor>& parameters, int wo
   return owners;
 }
 
+// Adam's and AdamW's per-parameter state: a step count and two (three with amsgrad) moments.
+// Both state classes have these fields under the same names.
+struct MomentState {
+  int64_t step = 0;
+  at::Tensor exp_avg, exp_avg_sq, max_exp_avg_sq;
+};
+
+template <typename State>
+bool read_moments(const torch::optim::OptimizerParamState& state, MomentState& out) {
+  const auto* typed = dynamic_cast<const State*>(&state);
+  if (typed == nullptr) return false;
+  out = {typed->step(), typed->exp_avg(), typed->exp_avg_sq(), typed->max_exp_avg_sq()};
+  return true;
+}
+
+MomentState moments_of(const torch::optim::OptimizerParamState& state) {
+  MomentState moments;
+  TORCH_CHECK_NOT_IMPLEMENTED(read_moments<torch::optim::AdamParamState>(state, moments) ||
+                                  read_moments<torch::optim::AdamWParamState>(state, moments),
+                              "ZeroRedundancyOptimizer gathers and restores the state of Adam and AdamW, not ",
+                              typeid(state).name());
+  return moments;
+}
+
+// A state object of the optimizer's own kind holding `moments`.
+std::unique_ptr<torch::optim::OptimizerParamState> state_for(const torch::optim::Optimizer& optimizer,
+                                                             const MomentState& moments) {
+  const auto fill = [&moments](auto state) {
+    state->step(moments.step);
+    state->exp_avg(moments.exp_avg);
+    state->exp_avg_sq(moments.exp_avg_sq);
+    if (moments.max_exp_avg_sq.defined()) state->max_exp_avg_sq(moments.max_exp_avg_sq);
+    return state;
+  };
+  if (dynamic_cast<const torch::optim::Adam*>(&optimizer) != nullptr) {
+    return fill(std::make_unique<torch::optim::AdamParamState>());
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(dynamic_cast<const torch::optim::AdamW*>(&optimizer) != nullptr,
+                              "ZeroRedundancyOptimizer gathers and restores the state of Adam and AdamW only");
+  return fill(std::make_unique<torch::optim::AdamWParamState>());
+}
+
+void* key_of(const at::Tensor& parameter) { return parameter.unsafeGetTensorImpl(); }
+
 }  // namespace
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> parameters,
@@ -92,6 +136,81 @@ void ZeroRedundancyOptimizer::step() {
     }
   } catch (const std::exception& e) {
     group_->raise_failure("ZeroRedundancyOptimizer exchanging the stepped parameters", failure_cause(e));
+  }
+}
+
+void ZeroRedundancyOptimizer::consolidate_state_into(torch::optim::Optimizer* full, int root) {
+  TORCH_CHECK_VALUE(root >= 0 && root < group_->world_size(), "consolidate_state_into: root ", root,
+                    " is not a rank of this world (0..", group_->world_size() - 1, ")");
+  TORCH_CHECK_VALUE(group_->rank() != root || full != nullptr,
+                    "consolidate_state_into: rank ", root, " (the root) must pass the optimizer to fill");
+  const bool amsgrad = [&] {
+    // Whether the third moment travels: every rank must agree, so ask the first state found on
+    // rank 0's side of the exchange (every shard's optimizer was made by the same factory).
+    at::Tensor flag = at::zeros({1}, at::kLong);
+    if (local_) {
+      for (const auto& [key, state] : local_->state()) {
+        flag.fill_(moments_of(*state).max_exp_avg_sq.defined() ? 1 : 0);
+        break;
+      }
+    }
+    group_->all_reduce_sum(flag);
+    return flag.item<int64_t>() > 0;
+  }();
+  // Per owner, one coalesced broadcast of [step, exp_avg, exp_avg_sq(, max_exp_avg_sq)] for each
+  // of its parameters; a parameter not stepped yet travels as step 0 and is left without state.
+  for (int owner = 0; owner < group_->world_size(); ++owner) {
+    std::vector<size_t> indices;
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      if (owners_[i] == owner) indices.push_back(i);
+    }
+    std::vector<at::Tensor> tensors;
+    for (const size_t i : indices) {
+      const auto& parameter = parameters_[i];
+      MomentState moments;
+      const bool mine = owner == group_->rank();
+      if (mine) {
+        const auto found = local_->state().find(key_of(parameter));
+        if (found != local_->state().end()) moments = moments_of(*found->second);
+      }
+      tensors.push_back(at::full({1}, moments.step, at::kLong));
+      tensors.push_back(mine && moments.exp_avg.defined() ? moments.exp_avg.detach() : at::zeros_like(parameter));
+      tensors.push_back(mine && moments.exp_avg_sq.defined() ? moments.exp_avg_sq.detach() : at::zeros_like(parameter));
+      if (amsgrad) {
+        tensors.push_back(mine && moments.max_exp_avg_sq.defined() ? moments.max_exp_avg_sq.detach()
+                                                                   : at::zeros_like(parameter));
+      }
+    }
+    if (tensors.empty()) continue;
+    if (owner != group_->rank()) {
+      for (auto& tensor : tensors) tensor = tensor.clone();  // receive into buffers of our own
+    }
+    try {
+      c10d::broadcast_coalesced(group_->native(), tensors, kBroadcastBytes, owner);
+    } catch (const std::exception& e) {
+      group_->raise_failure("ZeroRedundancyOptimizer gathering the optimizer state", failure_cause(e));
+    }
+    if (group_->rank() != root) continue;
+    const size_t per = amsgrad ? 4 : 3;
+    for (size_t k = 0; k < indices.size(); ++k) {
+      MomentState moments{tensors[k * per].item<int64_t>(), tensors[k * per + 1].clone(),
+                          tensors[k * per + 2].clone(), amsgrad ? tensors[k * per + 3].clone() : at::Tensor()};
+      if (moments.step == 0) continue;
+      full->state()[key_of(parameters_[indices[k]])] = state_for(*full, moments);
+    }
+  }
+}
+
+void ZeroRedundancyOptimizer::load_state_from(const torch::optim::Optimizer& full) {
+  if (!local_) return;
+  for (const auto& parameter : by_owner_[static_cast<size_t>(group_->rank())]) {
+    const auto found = full.state().find(key_of(parameter));
+    if (found == full.state().end()) continue;
+    MomentState moments = moments_of(*found->second);
+    moments.exp_avg = moments.exp_avg.clone();
+    moments.exp_avg_sq = moments.exp_avg_sq.clone();
+    if (moments.max_exp_avg_sq.defined()) moments.max_exp_avg_sq = moments.max_exp_avg_sq.clone();
+    local_->state()[key_of(parameter)] = state_for(*local_, moments);
   }
 }
 

@@ -56,6 +56,14 @@ class ZeroRedundancyOptimizer {
   // another optimizer's state is a c10::NotImplementedError naming what is supported.
   int64_t local_state_bytes() const;
 
+  // For a portable checkpoint: the whole optimizer state, gathered from the shards into `full`
+  // on rank `root`. `full` is an optimizer of the same kind (Adam or AdamW) over parameters(), in
+  // order; other ranks pass nullptr. Collective: every rank calls it.
+  void consolidate_state_into(torch::optim::Optimizer* full, int root);
+  // For resuming: this rank's shard takes its state from `full` (the whole state, as
+  // consolidate_state_into gathered it or a checkpoint restored it).
+  void load_state_from(const torch::optim::Optimizer& full);
+
  private:
   std::shared_ptr<ProcessGroup> group_;
   std::vector<at::Tensor> parameters_;

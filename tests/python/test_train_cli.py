@@ -1,0 +1,120 @@
+"""`torchbridge train` alone and under torchrun: data parallel against one process on the whole
+batch, ZeRO-1 against data parallel (bit for bit, state split across ranks), saving and resuming
+with another number of ranks, and the errors a wrongly started job gets. References: the saved
+parameters read by the safetensors package, and the same job run another way."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from safetensors.torch import load_file
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BINARY = os.environ.get("TORCHBRIDGE_CLI_PATH", str(ROOT / "build" / "bin" / "torchbridge"))
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def train(*args, ranks=None, check=True):
+    """Runs `torchbridge train ARGS --json` alone (ranks None) or under torchrun; rank 0's report."""
+    command = [BINARY, "train", *args, "--json"]
+    if ranks is not None:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+                   "--no-python", *command]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, env=ENV)
+    if not check:
+        return run
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout[run.stdout.index("{"):])
+
+
+def parameters(path):
+    return {name: tensor for name, tensor in load_file(str(path)).items() if name.startswith("model.")}
+
+
+def max_difference(a, b):
+    assert a.keys() == b.keys()
+    return max((a[name].double() - b[name].double()).abs().max().item() for name in a)
+
+
+def test_data_parallel_matches_one_process_on_the_whole_batch(tmp_path):
+    alone = train("--model", "builtin:mlp", "--steps", "8", "--save", str(tmp_path / "alone.safetensors"))
+    for ranks in (2, 4):
+        report = train("--model", "builtin:mlp", "--steps", "8", "--data-parallel",
+                       "--save", str(tmp_path / f"dp{ranks}.safetensors"), ranks=ranks)
+        assert report["world_size"] == ranks and report["mode"] == "data-parallel"
+        assert report["parameters_identical_across_ranks"]
+        assert len({r["parameter_fingerprint"] for r in report["ranks"]}) == 1
+        # float32: the same gradients, summed in another order
+        assert max_difference(parameters(tmp_path / f"dp{ranks}.safetensors"),
+                              parameters(tmp_path / "alone.safetensors")) < 1e-5
+    assert alone["ranks"][0]["last_loss"] < alone["ranks"][0]["first_loss"]
+
+
+def test_zero1_is_data_parallel_bit_for_bit_with_the_state_split():
+    dp = train("--model", "builtin:mlp", "--steps", "6", "--data-parallel", ranks=2)
+    zero = train("--model", "builtin:mlp", "--steps", "6", "--zero1", ranks=2)
+    assert zero["ranks"][0]["parameter_fingerprint"] == dp["ranks"][0]["parameter_fingerprint"]
+    full = dp["ranks"][0]["optimizer_state_bytes"]
+    shards = [r["optimizer_state_bytes"] for r in zero["ranks"]]
+    assert sum(shards) == full
+    assert all(0 < shard < full for shard in shards)
+
+
+@pytest.mark.parametrize("first,second", [("data-parallel", "data-parallel"), ("zero1", "data-parallel"),
+                                          ("data-parallel", "zero1")])
+def test_a_resumed_run_continues_as_the_uninterrupted_one(tmp_path, first, second):
+    uninterrupted = train("--model", "builtin:mlp", "--steps", "8", "--data-parallel", ranks=2)
+    saved = tmp_path / "half.safetensors"
+    train("--model", "builtin:mlp", "--steps", "4", f"--{first}", "--save", str(saved), ranks=2)
+    resumed = train("--model", "builtin:mlp", "--steps", "8", f"--{second}", "--resume", str(saved), ranks=2)
+    assert resumed["resumed_at_step"] == 4
+    assert resumed["ranks"][0]["parameter_fingerprint"] == uninterrupted["ranks"][0]["parameter_fingerprint"]
+
+
+def test_a_run_resumes_with_another_number_of_ranks(tmp_path):
+    train("--model", "builtin:mlp", "--steps", "8", "--data-parallel", "--save", str(tmp_path / "full.safetensors"),
+          ranks=2)
+    train("--model", "builtin:mlp", "--steps", "4", "--data-parallel", "--save", str(tmp_path / "half.safetensors"),
+          ranks=2)
+    resumed = train("--model", "builtin:mlp", "--steps", "8", "--zero1", "--resume", str(tmp_path / "half.safetensors"),
+                    "--save", str(tmp_path / "resumed.safetensors"), ranks=4)
+    assert resumed["world_size"] == 4 and resumed["parameters_identical_across_ranks"]
+    # Four ranks average the same gradients in another order than two: float32 rounding only.
+    assert max_difference(parameters(tmp_path / "resumed.safetensors"), parameters(tmp_path / "full.safetensors")) < 1e-5
+
+
+def test_ranks_started_with_different_options_are_named_before_training():
+    command = f"exec {BINARY} train --model builtin:mlp --data-parallel --steps $((5 + RANK))"
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "--no-python", "bash", "-c", command], capture_output=True, text=True, timeout=300, env=ENV)
+    assert run.returncode != 0
+    assert "rank 1 has --steps 6, rank 0 has 5" in run.stderr, run.stderr[-2000:]
+
+
+def test_torchrun_without_a_parallel_mode_is_refused():
+    run = train("--model", "builtin:mlp", ranks=2, check=False)
+    assert run.returncode != 0
+    assert "give --data-parallel or --zero1" in run.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model", "builtin:mlp", "--global-batch", "7", "--data-parallel"],
+     "--global-batch 7 does not divide into 2 equal shares"),
+    (["--model", "builtin:nope"], "--model builtin:nope"),
+    (["--model", "builtin:mlp", "--steps", "0"], "--steps"),
+    (["--model", "builtin:mlp", "--zero1", "--data-parallel"], "exclude each other"),
+])
+def test_bad_options_are_clear_errors(args, message):
+    run = train(*args, ranks=2 if "--global-batch" in args else None, check=False)
+    assert run.returncode != 0
+    assert message in run.stderr, run.stderr[-2000:]
+
+
+def test_resuming_past_the_last_step_is_refused(tmp_path):
+    saved = tmp_path / "done.safetensors"
+    train("--model", "builtin:mlp", "--steps", "3", "--save", str(saved))
+    run = train("--model", "builtin:mlp", "--steps", "3", "--resume", str(saved), check=False)
+    assert run.returncode != 0 and "is at step 3, not before --steps 3" in run.stderr
