@@ -226,8 +226,9 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
     } else if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state.get())) {
       total += bytes_of(sgd->momentum_buffer());
     } else {
+      const torch::optim::OptimizerParamState& unknown = *state;
       TORCH_CHECK_NOT_IMPLEMENTED(false, "optimizer_state_bytes knows the state of SGD, Adam and AdamW, not ",
-                                  typeid(*state).name());
+                                  typeid(unknown).name());
     }
   }
   return total;
