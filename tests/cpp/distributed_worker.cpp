@@ -4,6 +4,7 @@
 // one process; exits non-zero naming the first disagreement.
 #include <torchbridge/distributed/data_parallel.h>
 #include <torchbridge/distributed/process_group.h>
+#include <torchbridge/distributed/tensor_parallel.h>
 #include <torchbridge/distributed/zero_optimizer.h>
 
 #include <ATen/ATen.h>
@@ -144,6 +145,72 @@ void zero_one_against_plain_data_parallel(const std::shared_ptr<torchbridge::dis
               static_cast<long long>(mine), static_cast<long long>(full), share, 1.0 / group->world_size());
 }
 
+double worst(double a, const at::Tensor& x, const at::Tensor& y) {
+  return std::max(a, (x - y).abs().max().item<double>());
+}
+
+// Tensor parallel against the unsplit layers, float64: an MLP (Linear 8 -> 32, GELU, Linear
+// 32 -> 8) and torch::nn::MultiheadAttention (embed 16, 4 heads), built alike on every rank and
+// split across all of them. The output, the input's gradient and each rank's slice of every
+// weight gradient must equal the unsplit layer's. Returns the largest difference.
+double tensor_parallel_against_unsplit(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group) {
+  namespace dist = torchbridge::distributed;
+  const int rank = group->rank(), world = group->world_size();
+  torch::manual_seed(5);  // the same layers and data on every rank
+  torch::nn::Linear up(8, 32), down(32, 8);
+  torch::nn::MultiheadAttention attention(torch::nn::MultiheadAttentionOptions(16, 4));
+  up->to(at::kDouble);
+  down->to(at::kDouble);
+  attention->to(at::kDouble);
+  const at::Tensor x_mlp = at::randn({5, 8}, at::kDouble), x_attention = at::randn({6, 3, 16}, at::kDouble);
+  const at::Tensor w_mlp = at::randn({5, 8}, at::kDouble), w_attention = at::randn({6, 3, 16}, at::kDouble);
+  double difference = 0;
+
+  dist::ParallelMLP mlp(up, down, group);
+  const at::Tensor a = x_mlp.clone().requires_grad_(), b = x_mlp.clone().requires_grad_();
+  const at::Tensor reference = down->forward(at::gelu(up->forward(a)));
+  const at::Tensor parallel = mlp->forward(b);
+  (reference * w_mlp).sum().backward();
+  (parallel * w_mlp).sum().backward();
+  difference = worst(worst(difference, parallel, reference), b.grad(), a.grad());
+  const int64_t rows = 32 / world;
+  difference = worst(difference, mlp->up->weight.grad(), up->weight.grad().narrow(0, rank * rows, rows));
+  difference = worst(difference, mlp->up->bias.grad(), up->bias.grad().narrow(0, rank * rows, rows));
+  difference = worst(difference, mlp->down->weight.grad(), down->weight.grad().narrow(1, rank * rows, rows));
+  difference = worst(difference, mlp->down->bias.grad(), down->bias.grad());
+
+  dist::ParallelSelfAttention parallel_attention(attention, group);
+  const at::Tensor c = x_attention.clone().requires_grad_(), d = x_attention.clone().requires_grad_();
+  const at::Tensor attention_reference =
+      std::get<0>(attention->forward(c, c, c, /*key_padding_mask=*/{}, /*need_weights=*/false));
+  const at::Tensor attention_parallel = parallel_attention->forward(d);
+  (attention_reference * w_attention).sum().backward();
+  (attention_parallel * w_attention).sum().backward();
+  difference = worst(worst(difference, attention_parallel, attention_reference), d.grad(), c.grad());
+  const int64_t per_rank = 16 / world;  // heads * head_dim on this rank
+  const at::Tensor in_grad = attention->in_proj_weight.grad();
+  const at::Tensor expected = at::cat({in_grad.narrow(0, rank * per_rank, per_rank),
+                                       in_grad.narrow(0, 16 + rank * per_rank, per_rank),
+                                       in_grad.narrow(0, 32 + rank * per_rank, per_rank)});
+  difference = worst(difference, parallel_attention->qkv_weight.grad(), expected);
+  difference = worst(difference, parallel_attention->out->weight.grad(),
+                     attention->out_proj->weight.grad().narrow(1, rank * per_rank, per_rank));
+
+  // A dimension the group does not divide is refused before any computation.
+  if (world > 1) {
+    torch::nn::Linear odd(8, world + 1);
+    bool refused = false;
+    try {
+      dist::ColumnParallelLinear layer(odd, group, false);
+    } catch (const c10::Error& e) {
+      refused = e.msg().find("out_features " + std::to_string(world + 1) + " does not divide into " +
+                             std::to_string(world) + " equal shares") != std::string::npos;
+    }
+    expect(refused, "the refusal of a dimension the group does not divide");
+  }
+  return difference;
+}
+
 }  // namespace
 
 // Ranks whose models differ (a hidden size that depends on the rank) must be refused when
@@ -220,6 +287,10 @@ int main(int argc, char** argv) {
                 "max |difference| %.3g\n", rank, world, difference);
     expect(difference <= 1e-12, "DataParallel's parameters against one-process training");
     zero_one_against_plain_data_parallel(group);
+    const double tensor_parallel = tensor_parallel_against_unsplit(group);
+    std::printf("rank %d of %d: tensor-parallel MLP and self-attention vs unsplit (outputs, input and weight "
+                "gradients): max |difference| %.3g\n", rank, world, tensor_parallel);
+    expect(tensor_parallel <= 1e-12, "tensor parallel against the unsplit layers");
     return 0;
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "distributed_worker: %s\n", e.msg().c_str());  // without the C++ backtrace
