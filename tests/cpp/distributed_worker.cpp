@@ -3,6 +3,7 @@
 // DataParallel on this rank's share of a batch and compares with training on the whole batch in
 // one process; exits non-zero naming the first disagreement.
 #include <torchbridge/distributed/data_parallel.h>
+#include <torchbridge/distributed/pipeline_parallel.h>
 #include <torchbridge/distributed/process_group.h>
 #include <torchbridge/distributed/tensor_parallel.h>
 #include <torchbridge/distributed/zero_optimizer.h>
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -211,6 +213,59 @@ double tensor_parallel_against_unsplit(const std::shared_ptr<torchbridge::distri
   return difference;
 }
 
+// Pipeline parallel against the unsplit model, float64: 4 blocks (Linear 8 -> 8, Tanh) split
+// into one stage per rank, a batch of 8 rows in 8 micro-batches, both schedules. Each stage's
+// gradients and the loss must equal the unsplit model's on the whole batch, and each schedule
+// must hold the activations it promises: GPipe all 8 micro-batches, 1F1B stages - stage.
+double pipeline_against_unsplit(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group,
+                                torchbridge::distributed::PipelineSchedule schedule) {
+  namespace dist = torchbridge::distributed;
+  const int rank = group->rank(), world = group->world_size();
+  constexpr int kBlocks = 4;
+  expect(kBlocks % world == 0, "a world that divides the 4 blocks");
+  torch::manual_seed(9);  // the same model and batch on every rank
+  std::vector<torch::nn::Linear> blocks;
+  torch::nn::Sequential whole, stage;
+  for (int b = 0; b < kBlocks; ++b) {
+    blocks.emplace_back(8, 8);
+    blocks.back()->to(at::kDouble);
+    whole->push_back(blocks.back());
+    whole->push_back(torch::nn::Tanh());
+  }
+  const int per_stage = kBlocks / world;
+  std::vector<torch::nn::Linear> mine;
+  for (int b = rank * per_stage; b < (rank + 1) * per_stage; ++b) {
+    mine.emplace_back(8, 8);
+    mine.back()->to(at::kDouble);
+    {
+      const at::NoGradGuard no_grad;
+      mine.back()->weight.copy_(blocks[static_cast<size_t>(b)]->weight);
+      mine.back()->bias.copy_(blocks[static_cast<size_t>(b)]->bias);
+    }
+    stage->push_back(mine.back());
+    stage->push_back(torch::nn::Tanh());
+  }
+  const at::Tensor x = at::randn({8, 8}, at::kDouble), y = at::randn({8, 8}, at::kDouble);
+  const at::Tensor reference_loss = torch::nn::functional::mse_loss(whole->forward(x), y);
+  reference_loss.backward();
+
+  dist::Pipeline pipeline([&](const at::Tensor& input) { return stage->forward(input); }, group, schedule);
+  const double loss = pipeline.train_step(x, y, 8, [](const at::Tensor& output, const at::Tensor& target) {
+    return torch::nn::functional::mse_loss(output, target);
+  });
+  const int64_t promised = schedule == dist::PipelineSchedule::gpipe ? 8 : world - rank;
+  expect(pipeline.peak_micro_batches_held() == promised,
+         "the micro-batches held at once (" + std::to_string(pipeline.peak_micro_batches_held()) + ", expected " +
+             std::to_string(promised) + ")");
+  double difference = std::abs(loss - reference_loss.item<double>());
+  for (int b = 0; b < per_stage; ++b) {
+    const auto& reference = blocks[static_cast<size_t>(rank * per_stage + b)];
+    difference = worst(difference, mine[static_cast<size_t>(b)]->weight.grad(), reference->weight.grad());
+    difference = worst(difference, mine[static_cast<size_t>(b)]->bias.grad(), reference->bias.grad());
+  }
+  return difference;
+}
+
 }  // namespace
 
 // Ranks whose models differ (a hidden size that depends on the rank) must be refused when
@@ -291,6 +346,14 @@ int main(int argc, char** argv) {
     std::printf("rank %d of %d: tensor-parallel MLP and self-attention vs unsplit (outputs, input and weight "
                 "gradients): max |difference| %.3g\n", rank, world, tensor_parallel);
     expect(tensor_parallel <= 1e-12, "tensor parallel against the unsplit layers");
+    for (const auto schedule : {torchbridge::distributed::PipelineSchedule::gpipe,
+                                torchbridge::distributed::PipelineSchedule::one_f_one_b}) {
+      const double pipeline = pipeline_against_unsplit(group, schedule);
+      std::printf("rank %d of %d: pipeline (%s, 8 micro-batches) vs unsplit (loss, stage gradients): "
+                  "max |difference| %.3g\n", rank, world,
+                  schedule == torchbridge::distributed::PipelineSchedule::gpipe ? "GPipe" : "1F1B", pipeline);
+      expect(pipeline <= 1e-12, "pipeline parallel against the unsplit model");
+    }
     return 0;
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "distributed_worker: %s\n", e.msg().c_str());  // without the C++ backtrace
