@@ -1,6 +1,7 @@
 #include <torchbridge/distributed/data_parallel.h>
 
-#include "distributed/failure_cause.h"
+#include "distributed/host_staging.h"
+#include "distributed/parameter_agreement.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -23,16 +24,13 @@
 namespace torchbridge::distributed {
 namespace {
 
-// DistributedDataParallel's broadcast buffer for the initial state.
-constexpr size_t kBroadcastBytes = 250u << 20;
-
 // Runs a step that drives c10d directly; a failure becomes the group's error, naming the lost rank.
 template <typename Step>
 void named(const ProcessGroup& group, const std::string& what, const Step& step) {
   try {
     step();
   } catch (const std::exception& e) {
-    group.raise_failure("DataParallel " + what, failure_cause(e));
+    group.raise_failure("DataParallel " + what, e);
   }
 }
 
@@ -61,40 +59,36 @@ DataParallel::DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGro
                     "DataParallel bucket sizes must be positive, got bucket_bytes ", options.bucket_bytes,
                     " and first_bucket_bytes ", options.first_bucket_bytes);
   std::unordered_map<size_t, std::string> names;
+  std::vector<std::pair<std::string, at::Tensor>> trained;
   for (const auto& [name, parameter] : model.parameters) {
     if (!parameter.requires_grad()) continue;
-    TORCH_CHECK_VALUE(parameter.is_cpu(), "DataParallel runs on Gloo with CPU parameters for now; parameter '", name,
-                      "' is on ", parameter.device());
     names.emplace(parameters_.size(), name);
     parameters_.push_back(parameter);
+    trained.emplace_back(name, parameter);
   }
   TORCH_CHECK_VALUE(!parameters_.empty(), "DataParallel: the module has no parameter that requires a gradient");
+  const c10::Device device = parameters_.front().device();
+  for (const auto& [name, parameter] : trained) {
+    TORCH_CHECK_VALUE(parameter.device() == device, "DataParallel trains a model on one device: parameter '", name,
+                      "' is on ", parameter.device(), ", '", trained.front().first, "' on ", device);
+  }
+  // Gloo reduces CPU tensors; an SDK device's gradients travel through host memory. CUDA needs
+  // NCCL, which this layer does not build yet.
+  TORCH_CHECK_VALUE(device.is_cpu() || device.is_privateuseone(), "DataParallel has no collective for ", device,
+                    " parameters yet: ",
+                    device.is_cuda() ? "CUDA needs the NCCL process group, not built yet"
+                                     : "only CPU tensors (Gloo) and SDK devices (through host memory) are supported",
+                    "; train on cpu or an SDK device");
+  host_staging_ = device.is_privateuseone();
+  TORCH_CHECK_VALUE(!(host_staging_ && options.find_unused_parameters), "DataParallel: find_unused_parameters is ",
+                    "not supported on ", device, " (c10d's reducer exchanges its unused-parameter map as a ",
+                    "device tensor, which Gloo cannot take)");
   const auto& native = group_->native();
 
-  // A different model on some rank would otherwise fail later, somewhere in a collective. c10d's
-  // check raises only on the ranks that differ from rank 0; the outcome is then shared, so every
-  // rank refuses, naming the ranks that differ.
-  std::string mismatch;
-  try {
-    c10d::verify_params_across_processes(native, parameters_, std::nullopt);
-  } catch (const c10::Error& e) {
-    mismatch = e.msg();
-  }
-  std::vector<int64_t> differing;
-  const auto outcomes = group_->all_gather(at::full({1}, mismatch.empty() ? 0 : 1, at::kInt));
-  for (size_t r = 0; r < outcomes.size(); ++r) {
-    if (outcomes[r].item<int>() != 0) differing.push_back(static_cast<int64_t>(r));
-  }
-  TORCH_CHECK_VALUE(differing.empty(), "DataParallel, rank ", group_->rank(), " of ", group_->world_size(), ": the model differs across ranks (ranks ",
-                    c10::IntArrayRef(differing), " do not match rank 0's parameter shapes)",
-                    mismatch.empty() ? std::string() : ": " + mismatch);
-  std::vector<at::Tensor> state;
-  for (const auto& p : parameters_) state.push_back(p.detach());
-  for (const auto& b : model.buffers) state.push_back(b.detach());
-  named(*group_, "broadcasting rank 0's parameters and buffers", [&] {
-    const at::NoGradGuard no_grad;
-    c10d::broadcast_coalesced(native, state, kBroadcastBytes, 0);
-  });
+  check_same_parameters_on_every_rank(*group_, trained, "DataParallel");
+  std::vector<at::Tensor> state = parameters_;
+  for (const auto& b : model.buffers) state.push_back(b);
+  broadcast_through_host(*group_, state, 0);
 
   // Buckets in reverse registration order (the order backward produces gradients in), as
   // DistributedDataParallel assigns them: a small first bucket, then bucket_bytes each.
@@ -109,6 +103,7 @@ DataParallel::DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGro
       options.find_unused_parameters, /*gradient_as_bucket_view=*/false, std::move(names),
       options.first_bucket_bytes, /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
       std::vector<int64_t>(bucket_limits.begin(), bucket_limits.end()));
+  if (host_staging_) reducer_->register_comm_hook(make_host_staging_hook(group_));
 }
 
 DataParallel::~DataParallel() = default;
@@ -123,7 +118,9 @@ void DataParallel::backward(const at::Tensor& loss) {
   named(*group_, "backward with gradient all-reduce", [&] {
     // After the first step the reducer knows the order gradients arrive in and rebuilds its
     // buckets to match (every rank agrees, through the group), as DistributedDataParallel does.
-    reducer_->rebuild_buckets();
+    // Not through host staging: the reducer broadcasts the new order as a tensor on the
+    // parameters' device, which Gloo cannot take; the buckets keep reverse registration order.
+    if (!host_staging_) reducer_->rebuild_buckets();
     reducer_->prepare_for_forward();
     reducer_->prepare_for_backward({loss});
     torch::autograd::backward({loss});

@@ -15,4 +15,12 @@ inline std::string failure_cause(const std::exception& e) {
   return error != nullptr ? error->msg() : e.what();
 }
 
+// Whether a failure came from talking to other ranks (c10d's DistError family, or what Gloo's
+// transport throws: plain std::runtime_errors), rather than from this rank's own work (any other
+// c10::Error: a bad value, an assertion). Only the former is worth asking which rank was lost.
+inline bool is_communication_failure(const std::exception& e) {
+  if (dynamic_cast<const c10::DistError*>(&e) != nullptr) return true;
+  return dynamic_cast<const c10::Error*>(&e) == nullptr;
+}
+
 }  // namespace torchbridge::distributed

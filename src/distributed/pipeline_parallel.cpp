@@ -1,6 +1,5 @@
 #include <torchbridge/distributed/pipeline_parallel.h>
 
-#include "distributed/failure_cause.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -67,7 +66,7 @@ class Transfers {
     try {
       step();
     } catch (const std::exception& e) {
-      group_.raise_failure("Pipeline stage " + std::to_string(stage_) + " " + what, failure_cause(e));
+      group_.raise_failure("Pipeline stage " + std::to_string(stage_) + " " + what, e);
     }
   }
 

@@ -41,7 +41,7 @@ void run(const ProcessGroup& group, const std::string& operation, const Step& st
   try {
     step();
   } catch (const std::exception& e) {
-    group.raise_failure(operation, failure_cause(e));
+    group.raise_failure(operation, e);
   }
 }
 
@@ -94,6 +94,11 @@ void ProcessGroup::raise_failure(const std::string& operation, const std::string
                 ". What this rank saw: ", cause);
   }
   TORCH_CHECK(false, where(environment_), ": ", operation, " failed: ", cause);
+}
+
+void ProcessGroup::raise_failure(const std::string& operation, const std::exception& failure) const {
+  if (is_communication_failure(failure)) raise_failure(operation, failure_cause(failure));
+  TORCH_CHECK(false, where(environment_), ": ", operation, " failed: ", failure_cause(failure));
 }
 
 void ProcessGroup::all_reduce_sum(at::Tensor& tensor) {

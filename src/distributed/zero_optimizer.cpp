@@ -1,6 +1,6 @@
 #include <torchbridge/distributed/zero_optimizer.h>
 
-#include "distributed/failure_cause.h"
+#include "distributed/host_staging.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -12,7 +12,6 @@
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
-#include <exception>
 #include <numeric>
 #include <string>
 #include <typeinfo>
@@ -21,9 +20,6 @@
 
 namespace torchbridge::distributed {
 namespace {
-
-// Coalescing buffer for the parameter exchange, as DistributedDataParallel broadcasts state.
-constexpr size_t kBroadcastBytes = 250u << 20;
 
 int64_t bytes_of(const at::Tensor& tensor) { return tensor.defined() ? static_cast<int64_t>(tensor.nbytes()) : 0; }
 
@@ -100,9 +96,9 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> paramet
   TORCH_CHECK_VALUE(static_cast<bool>(make_optimizer), "ZeroRedundancyOptimizer needs a function that makes the "
                                                        "optimizer for this rank's parameters");
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    TORCH_CHECK_VALUE(parameters_[i].defined() && parameters_[i].is_cpu(),
+    TORCH_CHECK_VALUE(parameters_[i].defined() && (parameters_[i].is_cpu() || parameters_[i].is_privateuseone()),
                       "ZeroRedundancyOptimizer exchanges parameters over Gloo: parameter ", i,
-                      " must be a CPU tensor, got ",
+                      " must be on the CPU or an SDK device (through host memory), got ",
                       parameters_[i].defined() ? parameters_[i].device().str() : std::string("an undefined tensor"));
   }
   owners_ = assign_owners(parameters_, group_->world_size());
@@ -125,17 +121,9 @@ void ZeroRedundancyOptimizer::zero_grad() {
 
 void ZeroRedundancyOptimizer::step() {
   if (local_) local_->step();
-  try {
-    const at::NoGradGuard no_grad;
-    for (int owner = 0; owner < group_->world_size(); ++owner) {
-      auto& shard = by_owner_[static_cast<size_t>(owner)];
-      if (shard.empty()) continue;
-      std::vector<at::Tensor> tensors;
-      for (const auto& parameter : shard) tensors.push_back(parameter.detach());
-      c10d::broadcast_coalesced(group_->native(), tensors, kBroadcastBytes, owner);
-    }
-  } catch (const std::exception& e) {
-    group_->raise_failure("ZeroRedundancyOptimizer exchanging the stepped parameters", failure_cause(e));
+  for (int owner = 0; owner < group_->world_size(); ++owner) {
+    const auto& shard = by_owner_[static_cast<size_t>(owner)];
+    if (!shard.empty()) broadcast_through_host(*group_, shard, owner);
   }
 }
 
@@ -185,11 +173,7 @@ void ZeroRedundancyOptimizer::consolidate_state_into(torch::optim::Optimizer* fu
     if (owner != group_->rank()) {
       for (auto& tensor : tensors) tensor = tensor.clone();  // receive into buffers of our own
     }
-    try {
-      c10d::broadcast_coalesced(group_->native(), tensors, kBroadcastBytes, owner);
-    } catch (const std::exception& e) {
-      group_->raise_failure("ZeroRedundancyOptimizer gathering the optimizer state", failure_cause(e));
-    }
+    broadcast_through_host(*group_, tensors, owner);
     if (group_->rank() != root) continue;
     const size_t per = amsgrad ? 4 : 3;
     for (size_t k = 0; k < indices.size(); ++k) {

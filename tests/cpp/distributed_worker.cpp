@@ -7,6 +7,7 @@
 #include <torchbridge/distributed/process_group.h>
 #include <torchbridge/distributed/tensor_parallel.h>
 #include <torchbridge/distributed/zero_optimizer.h>
+#include <torchbridge/registry.h>
 
 #include <ATen/ATen.h>
 #include <torch/nn/functional/loss.h>
@@ -266,6 +267,41 @@ double pipeline_against_unsplit(const std::shared_ptr<torchbridge::distributed::
   return difference;
 }
 
+// Data parallel with ZeRO-1 on emu, an SDK device: gradients and the parameter exchange travel
+// through host memory. Each rank trains on its share of a 24-row batch; the reference is one
+// process on the CPU with plain Adam on the whole batch, float64. Returns the largest difference.
+double sdk_device_against_one_cpu_process(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group) {
+  namespace dist = torchbridge::distributed;
+  const int rank = group->rank(), world = group->world_size();
+  const c10::Device emu = torchbridge::create_backend("emu")->device(0);
+  torch::manual_seed(21);
+  const at::Tensor inputs = at::randn({24, 8}, at::kDouble), targets = at::randn({24, 4}, at::kDouble);
+  auto model = make_model(200 + rank), reference = make_model(200);  // DataParallel takes rank 0's weights
+  model->to(emu);
+  dist::DataParallel parallel(*model, group);
+  dist::ZeroRedundancyOptimizer zero(model->parameters(), group, [](std::vector<at::Tensor> shard) {
+    return std::make_unique<torch::optim::Adam>(shard, torch::optim::AdamOptions(1e-2));
+  });
+  torch::optim::Adam reference_optimizer(reference->parameters(), torch::optim::AdamOptions(1e-2));
+  const int64_t share = 24 / world;
+  const at::Tensor x = inputs.narrow(0, rank * share, share).to(emu), y = targets.narrow(0, rank * share, share).to(emu);
+  for (int step = 0; step < 4; ++step) {
+    zero.zero_grad();
+    parallel.backward(torch::nn::functional::mse_loss(model->forward(x), y));
+    zero.step();
+    reference_optimizer.zero_grad();
+    torch::nn::functional::mse_loss(reference->forward(inputs), targets).backward();
+    reference_optimizer.step();
+  }
+  torch::nn::Sequential back = make_model(0);
+  const auto on_device = model->parameters(), on_cpu = back->parameters();
+  {
+    const at::NoGradGuard no_grad;
+    for (size_t i = 0; i < on_cpu.size(); ++i) on_cpu[i].copy_(on_device[i].cpu());
+  }
+  return max_difference(*back, *reference);
+}
+
 }  // namespace
 
 // Ranks whose models differ (a hidden size that depends on the rank) must be refused when
@@ -319,6 +355,9 @@ int main(int argc, char** argv) {
     }
     const int rank = group->rank(), world = group->world_size();
     expect(group->environment().launched, "launched by torchrun");
+    // emu is loaded before the process's first backward pass, as PyTorch's autograd engine
+    // requires of any device (docs/device-sdk.md).
+    torchbridge::create_backend("emu");
 
     at::Tensor sum = at::full({5}, static_cast<double>(rank + 1), at::kDouble);
     group->all_reduce_sum(sum);
@@ -346,6 +385,10 @@ int main(int argc, char** argv) {
     std::printf("rank %d of %d: tensor-parallel MLP and self-attention vs unsplit (outputs, input and weight "
                 "gradients): max |difference| %.3g\n", rank, world, tensor_parallel);
     expect(tensor_parallel <= 1e-12, "tensor parallel against the unsplit layers");
+    const double sdk = sdk_device_against_one_cpu_process(group);
+    std::printf("rank %d of %d: DataParallel + ZeRO-1 on emu (through host memory), 4 Adam steps, vs one CPU process "
+                "on the whole batch: max |difference| %.3g\n", rank, world, sdk);
+    expect(sdk <= 1e-12, "data parallel on an SDK device against one CPU process");
     for (const auto schedule : {torchbridge::distributed::PipelineSchedule::gpipe,
                                 torchbridge::distributed::PipelineSchedule::one_f_one_b}) {
       const double pipeline = pipeline_against_unsplit(group, schedule);

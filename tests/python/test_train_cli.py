@@ -86,6 +86,18 @@ def test_a_run_resumes_with_another_number_of_ranks(tmp_path):
     assert max_difference(parameters(tmp_path / "resumed.safetensors"), parameters(tmp_path / "full.safetensors")) < 1e-5
 
 
+def test_data_parallel_on_an_sdk_device_matches_the_cpu(tmp_path):
+    """emu's gradients and ZeRO-1's parameter exchange travel through host memory (Gloo takes CPU
+    tensors only); the training must be the CPU's."""
+    on_cpu = train("--model", "builtin:mlp", "--steps", "6", "--zero1", "--save", str(tmp_path / "cpu.safetensors"),
+                   ranks=2)
+    on_emu = train("--model", "builtin:mlp", "--steps", "6", "--zero1", "--device", "emu",
+                   "--save", str(tmp_path / "emu.safetensors"), ranks=2)
+    assert on_emu["device"] == "emu" and on_emu["parameters_identical_across_ranks"]
+    assert [r["optimizer_state_bytes"] for r in on_emu["ranks"]] == [r["optimizer_state_bytes"] for r in on_cpu["ranks"]]
+    assert max_difference(parameters(tmp_path / "emu.safetensors"), parameters(tmp_path / "cpu.safetensors")) < 1e-6
+
+
 def test_ranks_started_with_different_options_are_named_before_training():
     command = f"exec {BINARY} train --model builtin:mlp --data-parallel --steps $((5 + RANK))"
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",

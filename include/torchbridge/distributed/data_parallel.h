@@ -53,7 +53,8 @@ struct ModelTensors {
 class DataParallel {
  public:
   // Checks that every rank has the same parameter shapes (a mismatch is an error naming the
-  // ranks), then broadcasts rank 0's parameters and buffers to all. CPU modules only for now.
+  // ranks and the parameter), then broadcasts rank 0's parameters and buffers to all. Parameters
+  // on the CPU, or on an SDK device, whose gradients are all-reduced through host memory.
   DataParallel(torch::nn::Module& module, std::shared_ptr<ProcessGroup> group, DataParallelOptions options = {});
   DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGroup> group, DataParallelOptions options = {});
   ~DataParallel();
@@ -86,6 +87,7 @@ class DataParallel {
   std::unique_ptr<c10d::Reducer> reducer_;
   size_t bucket_count_ = 0;
   bool synchronize_ = true;
+  bool host_staging_ = false;  // an SDK device's gradients are all-reduced through host memory
 };
 
 }  // namespace torchbridge::distributed

@@ -11,6 +11,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,6 +72,9 @@ class ProcessGroup {
   // <which rank was lost, or that all are alive>. What this rank saw: <cause>" (a world of one:
   // just the cause). For code that drives `native()` itself, as DataParallel does.
   [[noreturn]] void raise_failure(const std::string& operation, const std::string& cause) const;
+  // The same for a caught exception: a failure of this rank's own work (a c10::Error that is not
+  // one of c10d's DistErrors) keeps its message and asks nothing of the other ranks.
+  [[noreturn]] void raise_failure(const std::string& operation, const std::exception& failure) const;
 
  private:
   LaunchEnvironment environment_;

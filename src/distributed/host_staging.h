@@ -1,0 +1,29 @@
+#pragma once
+// Collectives for parameters on an SDK device (PrivateUse1): Gloo takes CPU tensors only and an
+// SDK runtime offers no collective of its own yet, so the tensors travel through host memory:
+// copied to the CPU, reduced or broadcast there, copied back. Internal to the distributed layer.
+
+#include <memory>
+#include <vector>
+
+namespace at {
+class Tensor;
+}
+namespace c10d {
+class CommHookInterface;
+}
+
+namespace torchbridge::distributed {
+
+class ProcessGroup;
+
+// A communication hook for c10d::Reducer: each gradient bucket is copied to the host, all-reduced
+// there (asynchronously, so later buckets' backward overlaps it), divided by the world size, as
+// the reducer's own all-reduce would, and copied back into the bucket.
+std::unique_ptr<c10d::CommHookInterface> make_host_staging_hook(std::shared_ptr<ProcessGroup> group);
+
+// Rank `root`'s values of `tensors` into every rank's: CPU tensors directly, others through host
+// copies. Failures raise the group's error naming the lost rank.
+void broadcast_through_host(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root);
+
+}  // namespace torchbridge::distributed

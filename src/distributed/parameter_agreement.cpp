@@ -1,0 +1,75 @@
+#include "distributed/parameter_agreement.h"
+
+#include <torchbridge/distributed/process_group.h>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace torchbridge::distributed {
+namespace {
+
+constexpr int64_t kMaxDims = 8;
+constexpr int64_t kRow = kMaxDims + 2;  // dimensions, dtype, sizes
+
+std::string describe(const at::Tensor& row) {
+  std::ostringstream text;
+  text << static_cast<at::ScalarType>(row[1].item<int64_t>()) << " [";
+  for (int64_t d = 0; d < row[0].item<int64_t>(); ++d) text << (d ? ", " : "") << row[d + 2].item<int64_t>();
+  text << "]";
+  return text.str();
+}
+
+}  // namespace
+
+void check_same_parameters_on_every_rank(ProcessGroup& group,
+                                         const std::vector<std::pair<std::string, at::Tensor>>& parameters,
+                                         const std::string& who) {
+  const auto count = static_cast<int64_t>(parameters.size());
+  const auto counts = group.all_gather(at::full({1}, count, at::kLong));
+  std::vector<int64_t> differing;
+  std::string first_difference;
+  for (size_t r = 1; r < counts.size(); ++r) {
+    const int64_t theirs = counts[r].item<int64_t>(), zeros = counts[0].item<int64_t>();
+    if (theirs == zeros) continue;
+    differing.push_back(static_cast<int64_t>(r));
+    if (first_difference.empty()) {
+      first_difference = "rank " + std::to_string(r) + " has " + std::to_string(theirs) + " parameters, rank 0 " +
+                         std::to_string(zeros);
+    }
+  }
+  if (differing.empty()) {
+    at::Tensor metadata = at::zeros({count, kRow}, at::kLong);
+    for (int64_t i = 0; i < count; ++i) {
+      const at::Tensor& p = parameters[static_cast<size_t>(i)].second;
+      TORCH_CHECK_VALUE(p.dim() <= kMaxDims, who, ": parameter '", parameters[static_cast<size_t>(i)].first, "' has ",
+                        p.dim(), " dimensions; at most ", kMaxDims, " are supported");
+      metadata[i][0] = p.dim();
+      metadata[i][1] = static_cast<int64_t>(p.scalar_type());
+      for (int64_t d = 0; d < p.dim(); ++d) metadata[i][d + 2] = p.size(d);
+    }
+    const auto all = group.all_gather(metadata);
+    for (size_t r = 1; r < all.size(); ++r) {
+      if (at::equal(all[r], all[0])) continue;
+      differing.push_back(static_cast<int64_t>(r));
+      if (!first_difference.empty()) continue;
+      for (int64_t i = 0; i < count; ++i) {
+        if (at::equal(all[r][i], all[0][i])) continue;
+        first_difference = "parameter '" + parameters[static_cast<size_t>(i)].first + "' is " + describe(all[r][i]) +
+                           " on rank " + std::to_string(r) + ", " + describe(all[0][i]) + " on rank 0";
+        break;
+      }
+    }
+  }
+  TORCH_CHECK_VALUE(differing.empty(), who, ", rank ", group.rank(), " of ", group.world_size(),
+                    ": the model differs across ranks (ranks ", c10::IntArrayRef(differing),
+                    " do not match rank 0's parameter shapes): ", first_difference);
+}
+
+}  // namespace torchbridge::distributed
