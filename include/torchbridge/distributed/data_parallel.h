@@ -77,6 +77,9 @@ class DataParallel {
     bool previous_;
   };
   [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+  // What no_sync() sets and restores, for front ends that cannot hold its scope (Python's).
+  void set_synchronize(bool synchronize) { synchronize_ = synchronize; }
+  bool synchronize() const { return synchronize_; }
 
   const ProcessGroup& group() const { return *group_; }
   size_t bucket_count() const { return bucket_count_; }

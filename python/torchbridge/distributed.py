@@ -1,0 +1,102 @@
+"""Data-parallel training for ``torch.nn.Module`` s on devices torch's own
+``DistributedDataParallel`` cannot serve: SDK devices (PrivateUse1, such as ``emu``). torch's DDP
+talks to Gloo, which takes CPU tensors only (and CUDA ones in CUDA builds), and it checks and
+broadcasts the parameters on their own device before any hook can step in. TorchBridge's C++
+``DataParallel`` (``include/torchbridge/distributed/data_parallel.h``), on the same
+``c10d::Reducer`` that DDP drives, moves an SDK device's gradient buckets through host memory.
+
+When to use what:
+
+- CPU, CUDA (NCCL), ROCm: ``torch.nn.parallel.DistributedDataParallel``, and FSDP2
+  (``torch.distributed.fsdp.fully_shard``) to shard parameters. They have more features
+  (``static_graph``, mixed-precision reductions, ``find_unused_parameters`` everywhere) and this
+  module adds nothing to them but its error naming a lost rank.
+- An SDK device: ``torchbridge.distributed.DataParallel``. Same arithmetic as DDP (buckets of
+  ``bucket_cap_mb``, in reverse registration order, overlapped with backward; the mean of the
+  ranks' gradients), tested equal to one process on the whole batch, and to DDP on the CPU.
+
+Launch with torchrun, as for DDP::
+
+    torchrun --nproc-per-node 2 train.py
+
+    import torchbridge.distributed as tbd
+    torchbridge.devices.load("emu")          # before the first backward pass of the process
+    group = tbd.init()                       # torchrun's environment; alone: a world of one
+    model = tbd.DataParallel(MyModel().to("emu:0"), group)
+    loss = criterion(model(x_share), y_share)
+    model.backward(loss)                     # not loss.backward(): this call averages gradients
+    optimizer.step()
+
+It needs no ``torch.distributed.init_process_group``; a program may still call it (under torchrun
+both join torchrun's store, under their own key prefixes).
+"""
+
+import contextlib
+
+import torch
+
+from . import _C
+
+__all__ = ["DataParallel", "ProcessGroup", "init"]
+
+ProcessGroup = _C._ProcessGroup
+
+
+def init(timeout: float = 60.0, device: str = "cpu") -> ProcessGroup:
+    """Joins the process group torchrun's environment describes (``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR``, ...), or a world of one when none of it is set. ``timeout`` (seconds) bounds
+    the rendezvous and every collective; a lost rank makes the others raise naming it.
+    ``device`` picks the collective backend (Gloo for the CPU and SDK devices; NCCL for cuda is
+    not built: use torch's DDP there)."""
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return ProcessGroup.init(int(timeout * 1000), str(device))
+
+
+class DataParallel(torch.nn.Module):
+    """Wraps ``module``: rank 0's parameters and buffers are broadcast to every rank (whose
+    models must have the same parameter shapes: a difference is an error naming the ranks and
+    the parameter); ``backward(loss)`` leaves every parameter's gradient averaged over the ranks.
+    Calling the wrapper calls ``module``. The parameters must be on one device: the CPU or an SDK
+    device."""
+
+    def __init__(self, module: torch.nn.Module, group: ProcessGroup, bucket_cap_mb: float = 25.0,
+                 first_bucket_mb: float = 1.0):
+        super().__init__()
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"DataParallel wraps a torch.nn.Module, got {type(module).__name__}")
+        if not isinstance(group, ProcessGroup):
+            raise TypeError("DataParallel needs the group torchbridge.distributed.init() returns, got "
+                            f"{type(group).__name__}")
+        if not (bucket_cap_mb > 0 and first_bucket_mb > 0):
+            raise ValueError(f"bucket sizes must be positive, got bucket_cap_mb={bucket_cap_mb!r}, "
+                             f"first_bucket_mb={first_bucket_mb!r}")
+        self.module = module
+        named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+        buffers = list(module.buffers())
+        # The C++ side holds its own references to these tensors; the lists keep them alive for the call.
+        self._impl = _C._DataParallel([name for name, _ in named], [p._cdata for _, p in named],
+                                      [b._cdata for b in buffers], group, int(bucket_cap_mb * 2**20),
+                                      int(first_bucket_mb * 2**20))
+        self.group = group
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``, with the gradients averaged over every rank (inside ``no_sync()``:
+        kept local)."""
+        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            raise ValueError("DataParallel.backward needs a loss tensor computed from the module's parameters")
+        self._impl.backward(loss._cdata)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside keep their gradients local (gradient accumulation); the next
+        ``backward`` outside reduces the accumulated sum."""
+        previous = self._impl.synchronize()
+        self._impl.set_synchronize(False)
+        try:
+            yield
+        finally:
+            self._impl.set_synchronize(previous)

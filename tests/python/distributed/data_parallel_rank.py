@@ -1,0 +1,74 @@
+"""One rank of test_distributed_python.py's torchrun job: torchbridge.distributed.DataParallel
+against torch's own DistributedDataParallel on the CPU (bit for bit: both drive c10d's reducer
+with the same buckets), on emu against one CPU process on the whole batch, and no_sync. Exits
+non-zero naming the first disagreement."""
+
+import sys
+
+import torch
+import torch.distributed as dist
+
+import torchbridge
+import torchbridge.distributed as tbd
+
+torchbridge.devices.load("emu")  # before the first backward pass of the process
+group = tbd.init(timeout=60)
+dist.init_process_group("gloo")  # only for torch's DDP, the reference
+rank, world = group.rank, group.world_size
+assert (rank, world) == (dist.get_rank(), dist.get_world_size())
+
+torch.manual_seed(7)  # the same data on every rank
+inputs, targets = torch.randn(24, 8, dtype=torch.float64), torch.randn(24, 4, dtype=torch.float64)
+share = 24 // world
+x, y = inputs[rank * share:(rank + 1) * share], targets[rank * share:(rank + 1) * share]
+
+
+def model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).double()
+
+
+def train(wrapped, parameters, backward, x, y, steps=4):
+    optimizer = torch.optim.SGD(parameters, lr=0.1)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        backward(torch.nn.functional.mse_loss(wrapped(x), y))
+        optimizer.step()
+
+
+def fail(what):
+    print(f"rank {rank}: {what}", file=sys.stderr)
+    sys.exit(1)
+
+
+# CPU: ours against torch's DDP, each from a rank-dependent start (both take rank 0's weights).
+ours = tbd.DataParallel(model(100 + rank), group)
+theirs = torch.nn.parallel.DistributedDataParallel(model(100 + rank))
+train(ours, ours.parameters(), ours.backward, x, y)
+train(theirs, theirs.parameters(), lambda loss: loss.backward(), x, y)
+for a, b in zip(ours.module.parameters(), theirs.module.parameters()):
+    if not torch.equal(a, b):
+        fail(f"DataParallel differs from DistributedDataParallel by {(a - b).abs().max().item():.3g}")
+
+# emu: through host memory, against one CPU process on the whole batch.
+on_emu = tbd.DataParallel(model(200 + rank).to("emu:0"), group)
+reference = model(200)
+train(on_emu, on_emu.parameters(), on_emu.backward, x.to("emu:0"), y.to("emu:0"))
+train(reference, reference.parameters(), lambda loss: loss.backward(), inputs, targets)
+worst = max((a.cpu() - b).abs().max().item() for a, b in zip(on_emu.module.parameters(), reference.parameters()))
+if worst > 1e-12:
+    fail(f"DataParallel on emu differs from one CPU process by {worst:.3g}")
+
+# no_sync keeps gradients local: ranks saw different rows, so their gradients differ.
+on_emu.zero_grad()
+with on_emu.no_sync():
+    on_emu.backward(torch.nn.functional.mse_loss(on_emu(x.to("emu:0")), y.to("emu:0")))
+mine = torch.cat([p.grad.cpu().flatten() for p in on_emu.parameters()])
+everyone = [torch.empty_like(mine) for _ in range(world)]
+dist.all_gather(everyone, mine)
+if sum(torch.equal(other, mine) for other in everyone) != 1:
+    fail("no_sync exchanged gradients")
+
+print(f"rank {rank} of {world}: DataParallel = DDP on the CPU (bit for bit); on emu vs one CPU process: "
+      f"max |difference| {worst:.3g}; no_sync keeps gradients local")
+dist.destroy_process_group()

@@ -1,0 +1,50 @@
+"""torchbridge.distributed from Python, under torchrun with 2 and 3 ranks (the checks themselves
+are in distributed/data_parallel_rank.py, one process per rank), and its bad input."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torchbridge.distributed as tbd
+
+RANK_SCRIPT = pathlib.Path(__file__).parent / "distributed" / "data_parallel_rank.py"
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_data_parallel_under_torchrun(ranks):
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                          str(ranks), str(RANK_SCRIPT)], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("DataParallel = DDP on the CPU (bit for bit)") == ranks, run.stdout
+
+
+def test_a_world_of_one_without_torchrun(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    group = tbd.init()
+    assert (group.rank, group.world_size) == (0, 1)
+    model = torch.nn.Linear(4, 2)
+    wrapped = tbd.DataParallel(model, group)
+    x = torch.randn(3, 4)
+    wrapped.backward(wrapped(x).sum())
+    expected = torch.nn.Linear(4, 2)
+    expected.load_state_dict(model.state_dict())
+    expected(x).sum().backward()
+    assert torch.equal(model.weight.grad, expected.weight.grad)
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="timeout must be a positive number of seconds, got 0"):
+        tbd.init(timeout=0)
+    group = tbd.init()
+    with pytest.raises(TypeError, match="wraps a torch.nn.Module, got int"):
+        tbd.DataParallel(3, group)
+    with pytest.raises(ValueError, match="bucket sizes must be positive"):
+        tbd.DataParallel(torch.nn.Linear(2, 2), group, bucket_cap_mb=0)
+    with pytest.raises(ValueError, match="needs a loss tensor"):
+        tbd.DataParallel(torch.nn.Linear(2, 2), group).backward(torch.zeros(()))
