@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "portability_training.h"
 #include "text_format.h"
+#include "train_model_parallel.h"
 
 #include <torchbridge/checkpoint/training_state.h>
 #include <torchbridge/distributed/data_parallel.h>
@@ -33,7 +34,9 @@
 namespace torchbridge::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: torchbridge train --model builtin:NAME [--steps N] [--data-parallel | --zero1]
+constexpr const char* kHelp = R"(usage: torchbridge train --model builtin:NAME [--steps N]
+                         [--data-parallel | --zero1 | --tensor-parallel K | --pipeline-parallel K]
+                         [--micro-batches M] [--schedule gpipe|1f1b]
                          [--global-batch B] [--seed S] [--device NAME] [--timeout-seconds T]
                          [--save FILE] [--resume FILE] [--json]
 
@@ -45,6 +48,10 @@ copy of itself on random inputs (no dataset needed). Runs alone, or as every ran
   --data-parallel    every rank trains on its share of each global batch; gradients are averaged
                      across ranks during backward (torchbridge::distributed::DataParallel)
   --zero1            data parallel with Adam's state sharded across ranks (ZeroRedundancyOptimizer)
+  --tensor-parallel K  builtin:mlp split across K ranks (the whole job): fc1 column-parallel, fc2
+                     row-parallel, fc3 replicated; every rank sees the whole global batch
+  --pipeline-parallel K  builtin:mlp's three layers as K stages (K <= 3), one per rank, over
+                     --micro-batches M (default 4) with --schedule 1f1b (default) or gpipe
   --global-batch B   rows per step over all ranks, split equally (default 24); must divide by the
                      number of ranks
   --seed S           initial weights and data (default 0); step k's batch depends on S and k only,
@@ -62,15 +69,21 @@ parameters; they must all be equal (exit 1 otherwise). Every rank must be starte
 options: a difference is an error naming the ranks and the option before training starts.
 )";
 
-enum class Parallelism { none, data_parallel, zero1 };
+enum class Parallelism { none, data_parallel, zero1, tensor_parallel, pipeline_parallel };
 
 std::string to_string(Parallelism mode) {
   switch (mode) {
     case Parallelism::none: return "none";
     case Parallelism::data_parallel: return "data-parallel";
     case Parallelism::zero1: return "zero1";
+    case Parallelism::tensor_parallel: return "tensor-parallel";
+    case Parallelism::pipeline_parallel: return "pipeline-parallel";
   }
   return "?";
+}
+
+bool splits_the_model(Parallelism mode) {
+  return mode == Parallelism::tensor_parallel || mode == Parallelism::pipeline_parallel;
 }
 
 struct TrainOptions {
@@ -81,6 +94,9 @@ struct TrainOptions {
   uint64_t seed = 0;
   std::string device = "cpu";
   int64_t timeout_seconds = 60;
+  int64_t split_ranks = 0;     // K of --tensor-parallel K / --pipeline-parallel K
+  int64_t micro_batches = 4;   // pipeline parallel
+  distributed::PipelineSchedule schedule = distributed::PipelineSchedule::one_f_one_b;
   std::optional<std::string> save, resume;
   bool json = false;
 };
@@ -99,12 +115,33 @@ TrainOptions parse_train_options(const ParsedArguments& parsed) {
   } catch (const c10::Error& e) {
     throw UsageError("--model " + *model + ": " + first_line(e.msg()));
   }
-  if (parsed.has("--data-parallel") && parsed.has("--zero1")) {
-    throw UsageError("--data-parallel and --zero1 exclude each other (--zero1 is data parallel with sharded state)");
+  std::vector<std::pair<std::string, Parallelism>> modes;
+  if (parsed.has("--data-parallel")) modes.emplace_back("--data-parallel", Parallelism::data_parallel);
+  if (parsed.has("--zero1")) modes.emplace_back("--zero1", Parallelism::zero1);
+  if (parsed.option("--tensor-parallel")) modes.emplace_back("--tensor-parallel", Parallelism::tensor_parallel);
+  if (parsed.option("--pipeline-parallel")) modes.emplace_back("--pipeline-parallel", Parallelism::pipeline_parallel);
+  if (modes.size() > 1) {
+    throw UsageError(modes[0].first + " and " + modes[1].first +
+                     " exclude each other: one parallel mode per run (combining them is not built)");
   }
-  options.mode = parsed.has("--zero1")           ? Parallelism::zero1
-                 : parsed.has("--data-parallel") ? Parallelism::data_parallel
-                                                 : Parallelism::none;
+  if (!modes.empty()) options.mode = modes[0].second;
+  if (splits_the_model(options.mode)) {
+    const std::string flag = modes[0].first;
+    options.split_ranks = parse_integer(*parsed.option(flag), flag, 1, 1024);
+    if (options.model != "mlp") {
+      throw UsageError(flag + " trains builtin:mlp only: the tensor- and pipeline-parallel layers exist "
+                       "(include/torchbridge/distributed/), but splitting builtin:" + options.model +
+                       " would need its TorchScript graph rebuilt as torch::nn modules");
+    }
+  }
+  if (const auto* text = parsed.option("--micro-batches")) {
+    options.micro_batches = parse_integer(*text, "--micro-batches", 1, 1'000'000);
+  }
+  if (const auto* text = parsed.option("--schedule")) {
+    if (*text != "gpipe" && *text != "1f1b") throw UsageError("--schedule '" + *text + "' is not gpipe or 1f1b");
+    options.schedule = *text == "gpipe" ? distributed::PipelineSchedule::gpipe
+                                        : distributed::PipelineSchedule::one_f_one_b;
+  }
   if (const auto* text = parsed.option("--steps")) options.steps = parse_integer(*text, "--steps", 1, 1'000'000'000);
   if (const auto* text = parsed.option("--global-batch")) {
     options.global_batch = parse_integer(*text, "--global-batch", 1, 1'000'000);
@@ -117,6 +154,16 @@ TrainOptions parse_train_options(const ParsedArguments& parsed) {
   if (const auto* text = parsed.option("--save")) options.save = *text;
   if (const auto* text = parsed.option("--resume")) options.resume = *text;
   options.json = parsed.has("--json");
+  if (splits_the_model(options.mode)) {
+    if (options.device != "cpu") {
+      throw UsageError(to_string(options.mode) + " runs on the CPU for now (its collectives take CPU tensors), not --device " +
+                       options.device);
+    }
+    if (options.save || options.resume) {
+      throw UsageError("--save and --resume are not supported with " + to_string(options.mode) +
+                       " yet: the optimizer state stays split across the ranks");
+    }
+  }
   return options;
 }
 
@@ -134,6 +181,8 @@ void check_every_rank_agrees(distributed::ProcessGroup& group, const TrainOption
       {"--seed", static_cast<int64_t>(options.seed)},
       {"the parallel mode (--data-parallel, --zero1)", static_cast<int64_t>(options.mode)},
       {"--resume (given or not)", options.resume ? 1 : 0},
+      {"--micro-batches", options.micro_batches},
+      {"--schedule (0 gpipe, 1 1f1b)", static_cast<int64_t>(options.schedule)},
   };
   std::vector<int64_t> values;
   for (const auto& field : fields) values.push_back(field.second);
@@ -211,6 +260,19 @@ RankResult train(const std::shared_ptr<distributed::ProcessGroup>& shared, const
                        ", not before --steps " + std::to_string(options.steps) + ": nothing to train");
     }
   }
+  if (splits_the_model(options.mode)) {
+    // The whole global batch on every rank: the ranks split the model, not the data.
+    const auto batch = [&](int64_t step) {
+      const at::Tensor x = global_batch(info.input_shape, options.global_batch, options.seed, step);
+      const at::NoGradGuard no_grad;
+      return std::make_pair(x, teacher.forward({x}).toTensor());
+    };
+    const ModelParallelRun run =
+        options.mode == Parallelism::tensor_parallel
+            ? train_mlp_tensor_parallel(model, shared, options.steps, batch)
+            : train_mlp_pipeline_parallel(model, shared, options.steps, batch, options.micro_batches, options.schedule);
+    return {run.first_loss, run.last_loss, distributed::fingerprint(parameters_of(model)), run.optimizer_state_bytes};
+  }
   std::unique_ptr<distributed::DataParallel> parallel;
   std::unique_ptr<distributed::ZeroRedundancyOptimizer> zero;
   if (options.mode != Parallelism::none) {
@@ -283,7 +345,7 @@ int run_train(const std::vector<std::string>& args) {
       parse_arguments("train", args,
                       {{"--data-parallel", "--zero1", "--json"},
                        {"--model", "--steps", "--global-batch", "--seed", "--device", "--timeout-seconds", "--save",
-                        "--resume"},
+                        "--resume", "--tensor-parallel", "--pipeline-parallel", "--micro-batches", "--schedule"},
                        false});
   if (parsed.has("--help")) {
     std::cout << kHelp;
@@ -297,9 +359,19 @@ int run_train(const std::vector<std::string>& args) {
   const int world = group->world_size();
   if (world > 1 && options.mode == Parallelism::none) {
     throw UsageError("this is rank " + std::to_string(group->rank()) + " of " + std::to_string(world) +
-                     " (torchrun): give --data-parallel or --zero1, or every rank would train a copy of its own");
+                     " (torchrun): give a parallel mode (--data-parallel, --zero1, --tensor-parallel K, "
+                     "--pipeline-parallel K), or every rank would train a copy of its own");
   }
-  if (options.global_batch % world != 0) {
+  if (splits_the_model(options.mode) && options.split_ranks != world) {
+    throw UsageError("--" + to_string(options.mode) + " " + std::to_string(options.split_ranks) + " needs exactly " +
+                     std::to_string(options.split_ranks) + " ranks, this job has " + std::to_string(world) +
+                     " (combining it with data parallel is not built)");
+  }
+  if (options.mode == Parallelism::pipeline_parallel && options.global_batch % options.micro_batches != 0) {
+    throw UsageError("--global-batch " + std::to_string(options.global_batch) + " does not split into " +
+                     std::to_string(options.micro_batches) + " equal micro-batches");
+  }
+  if (!splits_the_model(options.mode) && options.global_batch % world != 0) {
     throw UsageError("--global-batch " + std::to_string(options.global_batch) + " does not divide into " +
                      std::to_string(world) + " equal shares, one per rank");
   }

@@ -98,6 +98,24 @@ def test_data_parallel_on_an_sdk_device_matches_the_cpu(tmp_path):
     assert max_difference(parameters(tmp_path / "emu.safetensors"), parameters(tmp_path / "cpu.safetensors")) < 1e-6
 
 
+def test_tensor_and_pipeline_parallel_train_as_one_process_does():
+    """The ranks split the model, not the data: the whole batch's loss must follow one process's
+    (float32: the split sums round differently), and every rank ends with the whole model."""
+    alone = train("--model", "builtin:mlp", "--steps", "10")["ranks"][0]
+    split = {
+        "tensor 2": train("--model", "builtin:mlp", "--steps", "10", "--tensor-parallel", "2", ranks=2),
+        "pipeline 3, 1f1b": train("--model", "builtin:mlp", "--steps", "10", "--pipeline-parallel", "3", ranks=3),
+        "pipeline 3, gpipe": train("--model", "builtin:mlp", "--steps", "10", "--pipeline-parallel", "3",
+                                   "--schedule", "gpipe", "--micro-batches", "6", ranks=3),
+    }
+    for name, report in split.items():
+        assert report["parameters_identical_across_ranks"], name
+        for rank in report["ranks"]:
+            assert rank["first_loss"] == pytest.approx(alone["first_loss"], rel=1e-6), name
+            assert rank["last_loss"] == pytest.approx(alone["last_loss"], rel=1e-5), name
+            assert 0 < rank["optimizer_state_bytes"] < alone["optimizer_state_bytes"], name
+
+
 def test_ranks_started_with_different_options_are_named_before_training():
     command = f"exec {BINARY} train --model builtin:mlp --data-parallel --steps $((5 + RANK))"
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
@@ -109,7 +127,7 @@ def test_ranks_started_with_different_options_are_named_before_training():
 def test_torchrun_without_a_parallel_mode_is_refused():
     run = train("--model", "builtin:mlp", ranks=2, check=False)
     assert run.returncode != 0
-    assert "give --data-parallel or --zero1" in run.stderr
+    assert "give a parallel mode (--data-parallel, --zero1, --tensor-parallel K, --pipeline-parallel K)" in run.stderr
 
 
 @pytest.mark.parametrize("args,message", [
@@ -118,6 +136,13 @@ def test_torchrun_without_a_parallel_mode_is_refused():
     (["--model", "builtin:nope"], "--model builtin:nope"),
     (["--model", "builtin:mlp", "--steps", "0"], "--steps"),
     (["--model", "builtin:mlp", "--zero1", "--data-parallel"], "exclude each other"),
+    (["--model", "builtin:cnn", "--tensor-parallel", "2"], "--tensor-parallel trains builtin:mlp only"),
+    (["--model", "builtin:mlp", "--tensor-parallel", "2"], "--tensor-parallel 2 needs exactly 2 ranks, this job has 1"),
+    (["--model", "builtin:mlp", "--pipeline-parallel", "1", "--schedule", "zigzag"], "--schedule 'zigzag'"),
+    (["--model", "builtin:mlp", "--pipeline-parallel", "1", "--save", "x.safetensors"],
+     "not supported with pipeline-parallel yet"),
+    (["--model", "builtin:mlp", "--pipeline-parallel", "1", "--micro-batches", "5"],
+     "--global-batch 24 does not split into 5 equal micro-batches"),
 ])
 def test_bad_options_are_clear_errors(args, message):
     run = train(*args, ranks=2 if "--global-batch" in args else None, check=False)
@@ -130,3 +155,9 @@ def test_resuming_past_the_last_step_is_refused(tmp_path):
     train("--model", "builtin:mlp", "--steps", "3", "--save", str(saved))
     run = train("--model", "builtin:mlp", "--steps", "3", "--resume", str(saved), check=False)
     assert run.returncode != 0 and "is at step 3, not before --steps 3" in run.stderr
+
+
+def test_a_tensor_parallel_dimension_that_does_not_split_is_refused_before_training():
+    run = train("--model", "builtin:mlp", "--tensor-parallel", "3", ranks=3, check=False)
+    assert run.returncode != 0
+    assert "out_features 64 does not divide into 3 equal shares" in run.stderr, run.stderr[-2000:]
