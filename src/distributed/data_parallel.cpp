@@ -7,14 +7,12 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #include <torch/nn/module.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <exception>
-#include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -24,7 +22,8 @@
 namespace torchbridge::distributed {
 namespace {
 
-// Runs a step that drives c10d directly; a failure becomes the group's error, naming the lost rank.
+// Runs a step that drives c10d directly; a failure becomes the group's error (naming the lost
+// rank when the failure was communication).
 template <typename Step>
 void named(const ProcessGroup& group, const std::string& what, const Step& step) {
   try {
@@ -33,10 +32,6 @@ void named(const ProcessGroup& group, const std::string& what, const Step& step)
     group.raise_failure("DataParallel " + what, e);
   }
 }
-
-}  // namespace
-
-namespace {
 
 ModelTensors tensors_of(torch::nn::Module& module) {
   ModelTensors tensors;
