@@ -56,7 +56,8 @@ copy of itself on random inputs (no dataset needed). Runs alone, or as every ran
                      number of ranks
   --seed S           initial weights and data (default 0); step k's batch depends on S and k only,
                      so any number of ranks sees the same global batches
-  --device NAME      where to train (default cpu); the parallel modes run on the CPU over Gloo
+  --device NAME      where to train (default cpu): the CPU or an SDK device (emu), whose tensors
+                     cross ranks through host memory (Gloo); CUDA needs NCCL, not built
   --timeout-seconds  how long a collective waits for the other ranks (default 60); a lost rank
                      makes every other rank exit 1 naming it
   --save FILE        rank 0 writes the training state (model, Adam, step) as safetensors at the
@@ -155,10 +156,6 @@ TrainOptions parse_train_options(const ParsedArguments& parsed) {
   if (const auto* text = parsed.option("--resume")) options.resume = *text;
   options.json = parsed.has("--json");
   if (splits_the_model(options.mode)) {
-    if (options.device != "cpu") {
-      throw UsageError(to_string(options.mode) + " runs on the CPU for now (its collectives take CPU tensors), not --device " +
-                       options.device);
-    }
     if (options.save || options.resume) {
       throw UsageError("--save and --resume are not supported with " + to_string(options.mode) +
                        " yet: the optimizer state stays split across the ranks");
@@ -179,7 +176,7 @@ void check_every_rank_agrees(distributed::ProcessGroup& group, const TrainOption
       {"--steps", options.steps},
       {"--global-batch", options.global_batch},
       {"--seed", static_cast<int64_t>(options.seed)},
-      {"the parallel mode (--data-parallel, --zero1)", static_cast<int64_t>(options.mode)},
+      {"the parallel mode", static_cast<int64_t>(options.mode)},
       {"--resume (given or not)", options.resume ? 1 : 0},
       {"--micro-batches", options.micro_batches},
       {"--schedule (0 gpipe, 1 1f1b)", static_cast<int64_t>(options.schedule)},
@@ -263,7 +260,7 @@ RankResult train(const std::shared_ptr<distributed::ProcessGroup>& shared, const
   if (splits_the_model(options.mode)) {
     // The whole global batch on every rank: the ranks split the model, not the data.
     const auto batch = [&](int64_t step) {
-      const at::Tensor x = global_batch(info.input_shape, options.global_batch, options.seed, step);
+      const at::Tensor x = global_batch(info.input_shape, options.global_batch, options.seed, step).to(device);
       const at::NoGradGuard no_grad;
       return std::make_pair(x, teacher.forward({x}).toTensor());
     };

@@ -21,13 +21,15 @@ namespace {
 
 const std::vector<std::string> kLayers = {"fc1", "fc2", "fc3"};  // the built-in mlp's, in order
 
-// A torch::nn copy of one of the TorchScript model's Linear layers (its own tensors).
+// A torch::nn copy of one of the TorchScript model's Linear layers (its own tensors, on the
+// model's device).
 torch::nn::Linear linear_copy(const torch::jit::Module& model, const std::string& name) {
   TORCH_CHECK_VALUE(model.hasattr(name), "tensor and pipeline parallel train the built-in mlp, whose layers are ",
                     "fc1, fc2, fc3; this model has no '", name, "'");
   const torch::jit::Module layer = model.attr(name).toModule();
   const at::Tensor weight = layer.attr("weight").toTensor(), bias = layer.attr("bias").toTensor();
   torch::nn::Linear copy(weight.size(1), weight.size(0));
+  copy->to(weight.device());
   const at::NoGradGuard no_grad;
   copy->weight.copy_(weight);
   copy->bias.copy_(bias);
@@ -71,9 +73,10 @@ ModelParallelRun train_mlp_tensor_parallel(torch::jit::Module& model, const std:
   }
   run.optimizer_state_bytes = distributed::optimizer_state_bytes(*optimizer);
   // The whole layers again, on every rank: fc1's rows and fc2's columns gathered in rank order.
-  write_back(model, "fc1", at::cat(group->all_gather(up->weight.detach()), 0),
-             at::cat(group->all_gather(up->bias.detach()), 0));
-  write_back(model, "fc2", at::cat(group->all_gather(down->weight.detach()), 1), down->bias.detach());
+  // (Collectives take CPU tensors: an SDK device's travel through host memory.)
+  write_back(model, "fc1", at::cat(group->all_gather(up->weight.detach().cpu()), 0),
+             at::cat(group->all_gather(up->bias.detach().cpu()), 0));
+  write_back(model, "fc2", at::cat(group->all_gather(down->weight.detach().cpu()), 1), down->bias.detach());
   write_back(model, "fc3", fc3->weight.detach(), fc3->bias.detach());
   return run;
 }
@@ -101,7 +104,8 @@ ModelParallelRun train_mlp_pipeline_parallel(torch::jit::Module& model,
     if (i + 1 < layer_count) mine->push_back(torch::nn::ReLU());
   }
   auto optimizer = make_optimizer(parameters_of(*mine));
-  distributed::Pipeline pipeline([&mine](const at::Tensor& x) { return mine->forward(x); }, group, schedule);
+  const c10::Device device = layers.front()->weight.device();
+  distributed::Pipeline pipeline([&mine](const at::Tensor& x) { return mine->forward(x); }, group, schedule, device);
 
   ModelParallelRun run;
   for (int64_t step = 0; step < steps; ++step) {
@@ -117,7 +121,8 @@ ModelParallelRun train_mlp_pipeline_parallel(torch::jit::Module& model,
   run.optimizer_state_bytes = distributed::optimizer_state_bytes(*optimizer);
   // Every layer from the stage that trained it, into every rank's whole model.
   for (int i = 0; i < layer_count; ++i) {
-    at::Tensor weight = layers[static_cast<size_t>(i)]->weight.detach(), bias = layers[static_cast<size_t>(i)]->bias.detach();
+    at::Tensor weight = layers[static_cast<size_t>(i)]->weight.detach().cpu();
+    at::Tensor bias = layers[static_cast<size_t>(i)]->bias.detach().cpu();
     group->broadcast(weight, owner[static_cast<size_t>(i)]);
     group->broadcast(bias, owner[static_cast<size_t>(i)]);
     write_back(model, kLayers[static_cast<size_t>(i)], weight, bias);

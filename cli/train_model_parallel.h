@@ -31,8 +31,8 @@ struct ModelParallelRun {
 // Step k's (inputs, targets) for the whole global batch.
 using BatchForStep = std::function<std::pair<at::Tensor, at::Tensor>(int64_t step)>;
 
-// `model` (the built-in mlp, on the CPU) is trained for steps [0, steps) and holds the result on
-// every rank afterwards. Raises c10::ValueError when the model is not the mlp's layout or a
+// `model` (the built-in mlp, on the CPU or an SDK device) is trained for steps [0, steps) and
+// holds the result on every rank afterwards. Raises c10::ValueError when the model is not the mlp's layout or a
 // dimension does not split.
 ModelParallelRun train_mlp_tensor_parallel(torch::jit::Module& model, const std::shared_ptr<distributed::ProcessGroup>& group,
                                            int64_t steps, const BatchForStep& batch);

@@ -39,9 +39,10 @@ class Transfers {
     header[1] = static_cast<int64_t>(tensor.scalar_type());
     for (int64_t d = 0; d < tensor.dim(); ++d) header[d + 2] = tensor.size(d);
     post(header, to, tag, what);
-    post(tensor.detach().contiguous(), to, tag + 1, what);
+    post(tensor.detach().to(at::kCPU).contiguous(), to, tag + 1, what);
   }
 
+  // On the CPU, as it arrived; the caller moves it to its device.
   at::Tensor receive(int from, int tag, const char* what) {
     at::Tensor header = at::empty({kMaxDims + 2}, at::kLong);
     wait_for_receive(header, from, tag, what);
@@ -91,10 +92,12 @@ class Transfers {
 
 }  // namespace
 
-Pipeline::Pipeline(Stage stage, std::shared_ptr<ProcessGroup> group, PipelineSchedule schedule)
-    : stage_(std::move(stage)), group_(std::move(group)), schedule_(schedule) {
+Pipeline::Pipeline(Stage stage, std::shared_ptr<ProcessGroup> group, PipelineSchedule schedule, c10::Device device)
+    : stage_(std::move(stage)), group_(std::move(group)), schedule_(schedule), device_(device) {
   TORCH_CHECK_VALUE(group_ != nullptr, "Pipeline needs a process group (torchbridge::distributed::init())");
   TORCH_CHECK_VALUE(static_cast<bool>(stage_), "Pipeline needs this rank's stage (a function of one tensor)");
+  TORCH_CHECK_VALUE(device_.is_cpu() || device_.is_privateuseone(), "Pipeline runs on Gloo: the CPU, or an SDK ",
+                    "device through host memory; not ", device_, " (CUDA needs NCCL, not built)");
 }
 
 int Pipeline::stage_index() const { return group_->rank(); }
@@ -107,6 +110,8 @@ double Pipeline::train_step(const at::Tensor& inputs, const at::Tensor& targets,
   TORCH_CHECK_VALUE(micro_batches >= 1, "Pipeline: micro_batches must be at least 1, got ", micro_batches);
   const auto slices = [&](const at::Tensor& batch, const char* name) {
     TORCH_CHECK_VALUE(batch.defined() && batch.dim() >= 1, "Pipeline stage ", stage, " needs the batch's ", name);
+    TORCH_CHECK_VALUE(batch.device() == device_, "Pipeline stage ", stage, " computes on ", device_,
+                      " but the batch's ", name, " are on ", batch.device());
     TORCH_CHECK_VALUE(batch.size(0) % micro_batches == 0, "Pipeline: the batch's ", batch.size(0), " ", name,
                       " rows do not split into ", micro_batches, " equal micro-batches");
     return batch.chunk(micro_batches, 0);
@@ -124,7 +129,7 @@ double Pipeline::train_step(const at::Tensor& inputs, const at::Tensor& targets,
 
   const auto forward = [&](int64_t m) {
     at::Tensor x = first ? input_slices[static_cast<size_t>(m)]
-                         : transfers.receive(stage - 1, header_tag(m, false), "activation").requires_grad_();
+                         : transfers.receive(stage - 1, header_tag(m, false), "activation").to(device_).requires_grad_();
     at::Tensor y = stage_(x);
     if (last) {
       const at::Tensor value = loss(y, target_slices[static_cast<size_t>(m)]);
@@ -145,7 +150,7 @@ double Pipeline::train_step(const at::Tensor& inputs, const at::Tensor& targets,
     if (last) {
       torch::autograd::backward({y});
     } else {
-      torch::autograd::backward({y}, {transfers.receive(stage + 1, header_tag(m, true), "gradient")});
+      torch::autograd::backward({y}, {transfers.receive(stage + 1, header_tag(m, true), "gradient").to(device_)});
     }
     if (!first) transfers.send(x.grad(), stage - 1, header_tag(m, true), "gradient");
     x = at::Tensor();  // this micro-batch's activations are no longer needed

@@ -33,11 +33,12 @@ ProcessGroup& saved_group(AutogradContext* ctx) {
   return *static_cast<GroupCapsule*>(capsule.get())->group;
 }
 
-// A summed copy: gradients and partial sums are not ours to change in place.
+// A summed copy: gradients and partial sums are not ours to change in place. An SDK device's
+// tensor goes through host memory: Gloo takes CPU tensors only.
 at::Tensor all_reduced(ProcessGroup& group, const at::Tensor& tensor) {
-  at::Tensor sum = tensor.contiguous().clone();
+  at::Tensor sum = tensor.is_cpu() ? tensor.contiguous().clone() : tensor.to(at::kCPU).contiguous();
   group.all_reduce_sum(sum);
-  return sum;
+  return tensor.is_cpu() ? sum : sum.to(tensor.device());
 }
 
 struct CopyToParallel : torch::autograd::Function<CopyToParallel> {
@@ -61,7 +62,7 @@ struct ReduceFromParallel : torch::autograd::Function<ReduceFromParallel> {
 struct GatherFromParallel : torch::autograd::Function<GatherFromParallel> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& slice, const std::shared_ptr<ProcessGroup>& group) {
     save_group(ctx, group);
-    return at::cat(group->all_gather(slice.contiguous()), -1);
+    return at::cat(group->all_gather(slice.to(at::kCPU).contiguous()), -1).to(slice.device());
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const ProcessGroup& group = saved_group(ctx);
@@ -81,9 +82,11 @@ int64_t share_of(int64_t size, const ProcessGroup& group, const char* layer, con
   return size / group.world_size();
 }
 
-void check_cpu(const at::Tensor& weight, const char* layer) {
-  TORCH_CHECK_VALUE(weight.is_cpu(), layer, " runs its collectives on Gloo with CPU tensors for now; the layer is on ",
-                    weight.device());
+// Gloo reduces CPU tensors; an SDK device's go through host memory. CUDA needs NCCL (not built).
+void check_device(const at::Tensor& weight, const char* layer) {
+  TORCH_CHECK_VALUE(weight.is_cpu() || weight.is_privateuseone(), layer,
+                    " runs its collectives on Gloo: CPU tensors, or an SDK device's through host memory; the layer "
+                    "is on ", weight.device());
 }
 
 // This rank's rows [rank * rows, (rank + 1) * rows) of each of `blocks` equal blocks of `full`'s
@@ -112,7 +115,7 @@ at::Tensor gather_from_tensor_parallel(const at::Tensor& slice, const std::share
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(const torch::nn::Linear& full, std::shared_ptr<ProcessGroup> group,
                                                    bool gather_output)
     : group_(checked(std::move(group), "ColumnParallelLinear")), gather_output_(gather_output) {
-  check_cpu(full->weight, "ColumnParallelLinear");
+  check_device(full->weight, "ColumnParallelLinear");
   const int64_t rows = share_of(full->weight.size(0), *group_, "ColumnParallelLinear", "out_features");
   weight = register_parameter("weight", rows_of(full->weight, 1, rows, group_->rank()));
   if (full->bias.defined()) {
@@ -127,7 +130,7 @@ at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& input) {
 
 RowParallelLinearImpl::RowParallelLinearImpl(const torch::nn::Linear& full, std::shared_ptr<ProcessGroup> group)
     : group_(checked(std::move(group), "RowParallelLinear")) {
-  check_cpu(full->weight, "RowParallelLinear");
+  check_device(full->weight, "RowParallelLinear");
   const int64_t columns = share_of(full->weight.size(1), *group_, "RowParallelLinear", "in_features");
   weight = register_parameter("weight", full->weight.detach().narrow(1, group_->rank() * columns, columns).clone());
   if (full->bias.defined()) bias = register_parameter("bias", full->bias.detach().clone());
@@ -158,7 +161,7 @@ ParallelSelfAttentionImpl::ParallelSelfAttentionImpl(const torch::nn::MultiheadA
                     "ParallelSelfAttention does not take add_bias_kv");
   TORCH_CHECK_VALUE(full->options.dropout() == 0.0, "ParallelSelfAttention does not take attention dropout (got ",
                     full->options.dropout(), ")");
-  check_cpu(full->in_proj_weight, "ParallelSelfAttention");
+  check_device(full->in_proj_weight, "ParallelSelfAttention");
   local_heads = share_of(full->options.num_heads(), *group_, "ParallelSelfAttention", "num_heads");
   head_dim = full->head_dim;
   const int64_t rows = local_heads * head_dim;

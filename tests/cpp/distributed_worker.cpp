@@ -152,11 +152,14 @@ double worst(double a, const at::Tensor& x, const at::Tensor& y) {
   return std::max(a, (x - y).abs().max().item<double>());
 }
 
-// Tensor parallel against the unsplit layers, float64: an MLP (Linear 8 -> 32, GELU, Linear
-// 32 -> 8) and torch::nn::MultiheadAttention (embed 16, 4 heads), built alike on every rank and
-// split across all of them. The output, the input's gradient and each rank's slice of every
-// weight gradient must equal the unsplit layer's. Returns the largest difference.
-double tensor_parallel_against_unsplit(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group) {
+// Tensor parallel against the unsplit layers on the CPU, float64: an MLP (Linear 8 -> 32, GELU,
+// Linear 32 -> 8), a column-parallel Linear 8 -> 32 that gathers its output, and
+// torch::nn::MultiheadAttention (embed 16, 4 heads), built alike on every rank
+// and split across all of them, on `device` (emu: collectives through host memory). The output,
+// the input's gradient and each rank's slice of every weight gradient must equal the unsplit
+// layer's. Returns the largest difference.
+double tensor_parallel_against_unsplit(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group,
+                                       c10::Device device) {
   namespace dist = torchbridge::distributed;
   const int rank = group->rank(), world = group->world_size();
   torch::manual_seed(5);  // the same layers and data on every rank
@@ -169,38 +172,63 @@ double tensor_parallel_against_unsplit(const std::shared_ptr<torchbridge::distri
   const at::Tensor w_mlp = at::randn({5, 8}, at::kDouble), w_attention = at::randn({6, 3, 16}, at::kDouble);
   double difference = 0;
 
-  dist::ParallelMLP mlp(up, down, group);
-  const at::Tensor a = x_mlp.clone().requires_grad_(), b = x_mlp.clone().requires_grad_();
+  // A copy even on the CPU, where to() would return the tensor itself and requires_grad_() would
+  // change the shared input.
+  const auto copy_on = [](c10::Device where, const at::Tensor& x) { return x.to(where, false, /*copy=*/true); };
+  const auto on_device = [device](const torch::nn::Linear& layer) {
+    auto copy = std::dynamic_pointer_cast<torch::nn::LinearImpl>(layer->clone());
+    copy->to(device);
+    return torch::nn::Linear(copy);
+  };
+  dist::ParallelMLP mlp(on_device(up), on_device(down), group);
+  const at::Tensor a = x_mlp.clone().requires_grad_(), b = copy_on(device, x_mlp).requires_grad_();
   const at::Tensor reference = down->forward(at::gelu(up->forward(a)));
-  const at::Tensor parallel = mlp->forward(b);
+  const at::Tensor parallel = mlp->forward(b).cpu();
   (reference * w_mlp).sum().backward();
   (parallel * w_mlp).sum().backward();
-  difference = worst(worst(difference, parallel, reference), b.grad(), a.grad());
+  difference = worst(worst(difference, parallel, reference), b.grad().cpu(), a.grad());
   const int64_t rows = 32 / world;
-  difference = worst(difference, mlp->up->weight.grad(), up->weight.grad().narrow(0, rank * rows, rows));
-  difference = worst(difference, mlp->up->bias.grad(), up->bias.grad().narrow(0, rank * rows, rows));
-  difference = worst(difference, mlp->down->weight.grad(), down->weight.grad().narrow(1, rank * rows, rows));
-  difference = worst(difference, mlp->down->bias.grad(), down->bias.grad());
+  difference = worst(difference, mlp->up->weight.grad().cpu(), up->weight.grad().narrow(0, rank * rows, rows));
+  difference = worst(difference, mlp->up->bias.grad().cpu(), up->bias.grad().narrow(0, rank * rows, rows));
+  difference = worst(difference, mlp->down->weight.grad().cpu(), down->weight.grad().narrow(1, rank * rows, rows));
+  difference = worst(difference, mlp->down->bias.grad().cpu(), down->bias.grad());
 
-  dist::ParallelSelfAttention parallel_attention(attention, group);
-  const at::Tensor c = x_attention.clone().requires_grad_(), d = x_attention.clone().requires_grad_();
+  // A column-parallel layer that gathers its output (every rank gets the whole of it): forward
+  // equals the unsplit layer; backward gives each rank its rows of the weight gradient.
+  torch::nn::Linear whole(8, 32);
+  whole->to(at::kDouble);
+  dist::ColumnParallelLinear gathering(on_device(whole), group, /*gather_output=*/true);
+  const at::Tensor e = x_mlp.clone().requires_grad_(), f = copy_on(device, x_mlp).requires_grad_();
+  const at::Tensor whole_output = whole->forward(e);
+  const at::Tensor gathered_output = gathering->forward(f).cpu();
+  const at::Tensor w_whole = at::randn({5, 32}, at::kDouble);
+  (whole_output * w_whole).sum().backward();
+  (gathered_output * w_whole).sum().backward();
+  difference = worst(worst(difference, gathered_output, whole_output), f.grad().cpu(), e.grad());
+  difference = worst(difference, gathering->weight.grad().cpu(), whole->weight.grad().narrow(0, rank * rows, rows));
+  difference = worst(difference, gathering->bias.grad().cpu(), whole->bias.grad().narrow(0, rank * rows, rows));
+
+  auto attention_copy = std::dynamic_pointer_cast<torch::nn::MultiheadAttentionImpl>(attention->clone());
+  attention_copy->to(device);
+  dist::ParallelSelfAttention parallel_attention(torch::nn::MultiheadAttention(attention_copy), group);
+  const at::Tensor c = x_attention.clone().requires_grad_(), d = copy_on(device, x_attention).requires_grad_();
   const at::Tensor attention_reference =
       std::get<0>(attention->forward(c, c, c, /*key_padding_mask=*/{}, /*need_weights=*/false));
-  const at::Tensor attention_parallel = parallel_attention->forward(d);
+  const at::Tensor attention_parallel = parallel_attention->forward(d).cpu();
   (attention_reference * w_attention).sum().backward();
   (attention_parallel * w_attention).sum().backward();
-  difference = worst(worst(difference, attention_parallel, attention_reference), d.grad(), c.grad());
+  difference = worst(worst(difference, attention_parallel, attention_reference), d.grad().cpu(), c.grad());
   const int64_t per_rank = 16 / world;  // heads * head_dim on this rank
   const at::Tensor in_grad = attention->in_proj_weight.grad();
   const at::Tensor expected = at::cat({in_grad.narrow(0, rank * per_rank, per_rank),
                                        in_grad.narrow(0, 16 + rank * per_rank, per_rank),
                                        in_grad.narrow(0, 32 + rank * per_rank, per_rank)});
-  difference = worst(difference, parallel_attention->qkv_weight.grad(), expected);
-  difference = worst(difference, parallel_attention->out->weight.grad(),
+  difference = worst(difference, parallel_attention->qkv_weight.grad().cpu(), expected);
+  difference = worst(difference, parallel_attention->out->weight.grad().cpu(),
                      attention->out_proj->weight.grad().narrow(1, rank * per_rank, per_rank));
 
   // A dimension the group does not divide is refused before any computation.
-  if (world > 1) {
+  if (world > 1 && device.is_cpu()) {
     torch::nn::Linear odd(8, world + 1);
     bool refused = false;
     try {
@@ -219,7 +247,7 @@ double tensor_parallel_against_unsplit(const std::shared_ptr<torchbridge::distri
 // gradients and the loss must equal the unsplit model's on the whole batch, and each schedule
 // must hold the activations it promises: GPipe all 8 micro-batches, 1F1B stages - stage.
 double pipeline_against_unsplit(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group,
-                                torchbridge::distributed::PipelineSchedule schedule) {
+                                torchbridge::distributed::PipelineSchedule schedule, c10::Device device) {
   namespace dist = torchbridge::distributed;
   const int rank = group->rank(), world = group->world_size();
   constexpr int kBlocks = 4;
@@ -243,6 +271,7 @@ double pipeline_against_unsplit(const std::shared_ptr<torchbridge::distributed::
       mine.back()->weight.copy_(blocks[static_cast<size_t>(b)]->weight);
       mine.back()->bias.copy_(blocks[static_cast<size_t>(b)]->bias);
     }
+    mine.back()->to(device);
     stage->push_back(mine.back());
     stage->push_back(torch::nn::Tanh());
   }
@@ -250,8 +279,17 @@ double pipeline_against_unsplit(const std::shared_ptr<torchbridge::distributed::
   const at::Tensor reference_loss = torch::nn::functional::mse_loss(whole->forward(x), y);
   reference_loss.backward();
 
-  dist::Pipeline pipeline([&](const at::Tensor& input) { return stage->forward(input); }, group, schedule);
-  const double loss = pipeline.train_step(x, y, 8, [](const at::Tensor& output, const at::Tensor& target) {
+  dist::Pipeline pipeline([&](const at::Tensor& input) { return stage->forward(input); }, group, schedule, device);
+  if (rank == 0 && !device.is_cpu()) {  // a batch left on the CPU is named before anything is sent
+    bool refused = false;
+    try {
+      pipeline.train_step(x, y, 8, [](const at::Tensor& output, const at::Tensor&) { return output.sum(); });
+    } catch (const c10::Error& e) {
+      refused = e.msg().find("computes on " + device.str() + " but the batch's inputs are on cpu") != std::string::npos;
+    }
+    expect(refused, "the refusal of a batch on another device than the stage");
+  }
+  const double loss = pipeline.train_step(x.to(device), y.to(device), 8, [](const at::Tensor& output, const at::Tensor& target) {
     return torch::nn::functional::mse_loss(output, target);
   });
   const int64_t promised = schedule == dist::PipelineSchedule::gpipe ? 8 : world - rank;
@@ -261,8 +299,8 @@ double pipeline_against_unsplit(const std::shared_ptr<torchbridge::distributed::
   double difference = std::abs(loss - reference_loss.item<double>());
   for (int b = 0; b < per_stage; ++b) {
     const auto& reference = blocks[static_cast<size_t>(rank * per_stage + b)];
-    difference = worst(difference, mine[static_cast<size_t>(b)]->weight.grad(), reference->weight.grad());
-    difference = worst(difference, mine[static_cast<size_t>(b)]->bias.grad(), reference->bias.grad());
+    difference = worst(difference, mine[static_cast<size_t>(b)]->weight.grad().cpu(), reference->weight.grad());
+    difference = worst(difference, mine[static_cast<size_t>(b)]->bias.grad().cpu(), reference->bias.grad());
   }
   return difference;
 }
@@ -381,21 +419,27 @@ int main(int argc, char** argv) {
                 "max |difference| %.3g\n", rank, world, difference);
     expect(difference <= 1e-12, "DataParallel's parameters against one-process training");
     zero_one_against_plain_data_parallel(group);
-    const double tensor_parallel = tensor_parallel_against_unsplit(group);
-    std::printf("rank %d of %d: tensor-parallel MLP and self-attention vs unsplit (outputs, input and weight "
-                "gradients): max |difference| %.3g\n", rank, world, tensor_parallel);
-    expect(tensor_parallel <= 1e-12, "tensor parallel against the unsplit layers");
+    const c10::Device emu = torchbridge::create_backend("emu")->device(0);
+    for (const c10::Device device : {c10::Device(c10::kCPU), emu}) {
+      const double tensor_parallel = tensor_parallel_against_unsplit(group, device);
+      std::printf("rank %d of %d: tensor-parallel MLP and self-attention on %s vs unsplit on the CPU (outputs, input "
+                  "and weight gradients): max |difference| %.3g\n", rank, world, device.str().c_str(), tensor_parallel);
+      expect(tensor_parallel <= 1e-12, "tensor parallel against the unsplit layers");
+    }
     const double sdk = sdk_device_against_one_cpu_process(group);
     std::printf("rank %d of %d: DataParallel + ZeRO-1 on emu (through host memory), 4 Adam steps, vs one CPU process "
                 "on the whole batch: max |difference| %.3g\n", rank, world, sdk);
     expect(sdk <= 1e-12, "data parallel on an SDK device against one CPU process");
     for (const auto schedule : {torchbridge::distributed::PipelineSchedule::gpipe,
                                 torchbridge::distributed::PipelineSchedule::one_f_one_b}) {
-      const double pipeline = pipeline_against_unsplit(group, schedule);
-      std::printf("rank %d of %d: pipeline (%s, 8 micro-batches) vs unsplit (loss, stage gradients): "
-                  "max |difference| %.3g\n", rank, world,
-                  schedule == torchbridge::distributed::PipelineSchedule::gpipe ? "GPipe" : "1F1B", pipeline);
-      expect(pipeline <= 1e-12, "pipeline parallel against the unsplit model");
+      for (const c10::Device device : {c10::Device(c10::kCPU), emu}) {
+        const double pipeline = pipeline_against_unsplit(group, schedule, device);
+        std::printf("rank %d of %d: pipeline (%s, 8 micro-batches) on %s vs unsplit on the CPU (loss, stage "
+                    "gradients): max |difference| %.3g\n", rank, world,
+                    schedule == torchbridge::distributed::PipelineSchedule::gpipe ? "GPipe" : "1F1B",
+                    device.str().c_str(), pipeline);
+        expect(pipeline <= 1e-12, "pipeline parallel against the unsplit model");
+      }
     }
     return 0;
   } catch (const c10::Error& e) {

@@ -100,15 +100,23 @@ def test_data_parallel_on_an_sdk_device_matches_the_cpu(tmp_path):
 
 def test_tensor_and_pipeline_parallel_train_as_one_process_does():
     """The ranks split the model, not the data: the whole batch's loss must follow one process's
-    (float32: the split sums round differently), and every rank ends with the whole model."""
+    (float32: the split sums round differently), and every rank ends with the whole model; on emu
+    too, whose activations and partial sums travel through host memory."""
     alone = train("--model", "builtin:mlp", "--steps", "10")["ranks"][0]
     split = {
         "tensor 2": train("--model", "builtin:mlp", "--steps", "10", "--tensor-parallel", "2", ranks=2),
         "pipeline 3, 1f1b": train("--model", "builtin:mlp", "--steps", "10", "--pipeline-parallel", "3", ranks=3),
         "pipeline 3, gpipe": train("--model", "builtin:mlp", "--steps", "10", "--pipeline-parallel", "3",
                                    "--schedule", "gpipe", "--micro-batches", "6", ranks=3),
+        "tensor 2 on emu": train("--model", "builtin:mlp", "--steps", "10", "--tensor-parallel", "2",
+                                 "--device", "emu", ranks=2),
+        "pipeline 2 on emu, 1f1b": train("--model", "builtin:mlp", "--steps", "10", "--pipeline-parallel", "2",
+                                         "--device", "emu", ranks=2),
+        "pipeline 3 on emu, gpipe": train("--model", "builtin:mlp", "--steps", "10", "--pipeline-parallel", "3",
+                                          "--schedule", "gpipe", "--device", "emu", ranks=3),
     }
     for name, report in split.items():
+        assert report["device"] == ("emu" if "emu" in name else "cpu"), name
         assert report["parameters_identical_across_ranks"], name
         for rank in report["ranks"]:
             assert rank["first_loss"] == pytest.approx(alone["first_loss"], rel=1e-6), name

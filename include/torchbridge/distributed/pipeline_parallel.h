@@ -15,6 +15,8 @@
 
 #include <torchbridge/distributed/process_group.h>
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,7 +35,10 @@ class Pipeline {
   // (last stage's output for a micro-batch, its targets) -> a scalar loss, mean over its rows
   using LossFunction = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
 
-  Pipeline(Stage stage, std::shared_ptr<ProcessGroup> group, PipelineSchedule schedule = PipelineSchedule::one_f_one_b);
+  // `device`: where this stage computes; what it receives is placed there. Activations and
+  // gradients travel between ranks through host memory (Gloo takes CPU tensors).
+  Pipeline(Stage stage, std::shared_ptr<ProcessGroup> group, PipelineSchedule schedule = PipelineSchedule::one_f_one_b,
+           c10::Device device = c10::Device(c10::kCPU));
 
   // One step's forward and backward over `micro_batches` equal slices of the batch (dim 0).
   // `inputs` matter on the first stage, `targets` on the last; other ranks may pass undefined
@@ -53,6 +58,7 @@ class Pipeline {
   Stage stage_;
   std::shared_ptr<ProcessGroup> group_;
   PipelineSchedule schedule_;
+  c10::Device device_;
   int64_t peak_held_ = 0;
 };
 

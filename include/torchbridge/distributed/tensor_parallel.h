@@ -13,7 +13,8 @@
 //                         rank attends with its heads, the output projection row-parallel.
 // Each is built from the unsplit torch::nn layer, whose parameters every rank holds alike (the
 // same seed), taking its own slice: outputs and gradients equal the unsplit layer's. A dimension
-// the group's size does not divide is a c10::ValueError naming it. CPU tensors (Gloo) for now.
+// the group's size does not divide is a c10::ValueError naming it. Layers on the CPU or an SDK
+// device: the collectives run on Gloo, an SDK device's tensors through host copies.
 
 #include <torchbridge/distributed/process_group.h>
 
