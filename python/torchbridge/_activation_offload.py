@@ -66,12 +66,25 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
         side.wait_event(ready)
         return side
 
+    @staticmethod
+    def _check_pinned_memory(device):
+        # Torch pins host memory for the process's accelerator only; without pinned memory the copies
+        # would be synchronous, and the overlap that makes offload worth it would be gone.
+        accelerator = torch.accelerator.current_accelerator()
+        if accelerator is None or accelerator.type != device.type:
+            raise RuntimeError(
+                f"offload_activations: a saved tensor is on {device}, but torch pins host memory only for this "
+                f"process's accelerator ({accelerator.type if accelerator is not None else 'none'}), and offload "
+                f"needs pinned memory to copy asynchronously; run the block on that accelerator or without "
+                f"offload_activations")
+
     def _pack(self, tensor):
         base = tensor if tensor._base is None else tensor._base
         if (tensor.device.type == "cpu" or tensor.layout != torch.strided
                 or tensor.numel() * tensor.element_size() < self.min_bytes
                 or (base.is_leaf and base.requires_grad)):
             return tensor
+        self._check_pinned_memory(tensor.device)
         side = self._side_waits_for_compute(tensor.device)
         host = torch.empty_like(tensor, device="cpu", pin_memory=True)
         with side:

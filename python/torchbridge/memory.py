@@ -18,6 +18,8 @@ Differences from torch:
   backward; tensors the function captures from outside are used as they are then.
 """
 
+import warnings
+
 import torch
 from torch.utils import _pytree as pytree
 from torch.utils.checkpoint import noop_context_fn
@@ -67,6 +69,13 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=noop_context_fn, 
     flat, spec = pytree.tree_flatten(outputs)
     tensors = _tensors_in(flat)
     attached = [t.detach() if t.requires_grad else None for t in tensors]
+    if all(a is None for a in attached):
+        # torch allows it (a region of frozen layers), but the memory the user wanted to save is for
+        # a backward pass that cannot reach this region.
+        warnings.warn(f"torchbridge.memory.checkpoint: none of the region's {len(tensors)} tensor outputs requires "
+                      f"grad (no input or parameter it uses does), so backward never reaches the region and nothing "
+                      f"is recomputed; a backward through these outputs fails with torch's 'does not require grad'. "
+                      f"Checkpoint regions that train, or run this one under torch.no_grad()", stacklevel=2)
 
     def recompute():
         # Runs during backward, on autograd's thread; returns the tensors and their addresses.

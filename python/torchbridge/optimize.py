@@ -56,8 +56,19 @@ class OptimizationReport:
     def applied(self) -> "list[str]":
         return [s.name for s in self.steps if s.outcome == "applied"]
 
+    def summary(self) -> str:
+        """One line: what the level did beyond O0's placement, or that it did nothing more and why
+        to look at the steps."""
+        if self.level == "O0":
+            return f"O0 on {self.device}: placed on the device, nothing else"
+        beyond = [s.name for s in self.steps if s.level != "O0" and s.outcome != "skipped"]
+        if not beyond:
+            return (f"{self.level} applied nothing beyond O0 on {self.device}: every step of O1-{self.level} was "
+                    f"skipped, each for the reason shown")
+        return f"{self.level} on {self.device} applied {', '.join(beyond)}"
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return dict(dataclasses.asdict(self), summary=self.summary())
 
     def to_json(self, indent=None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -67,6 +78,7 @@ class OptimizationReport:
                  f"precision {self.precision.precision}: {self.precision.reason}"]
         width = max((len(s.name) for s in self.steps), default=0)
         lines += [f"  {s.level} {s.name:<{width}}  {s.outcome:<7}  {s.detail}" for s in self.steps]
+        lines.append(self.summary())
         return "\n".join(lines)
 
 

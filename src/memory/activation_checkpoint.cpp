@@ -250,9 +250,19 @@ std::vector<at::Tensor> checkpoint(const RegionFunction& fn, const std::vector<a
   CheckpointRegion region(inputs, options);
   std::vector<at::Tensor> outputs = fn(inputs);
   std::vector<at::Tensor> results(outputs.size());
+  bool any_differentiable = false;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const bool differentiable = outputs[i].defined() && outputs[i].requires_grad();
     if (differentiable) results[i] = outputs[i].detach();
+    any_differentiable = any_differentiable || differentiable;
+  }
+  // Not an error: a region of frozen layers (fine-tuning) is legitimate and torch allows it. But
+  // the user asked to save memory for a backward pass that cannot reach this region, so say so.
+  if (!any_differentiable) {
+    TORCH_WARN_ONCE("torchbridge checkpoint: none of the region's ", outputs.size(), " outputs requires grad (no ",
+                    "input or parameter it uses does), so backward never reaches the region and nothing is ",
+                    "recomputed; a backward through these outputs fails with torch's 'does not require grad'. ",
+                    "Checkpoint regions that train, or run this one under NoGradGuard");
   }
   region.finish(outputs, results, [fn, inputs] { return fn(inputs); });
   for (size_t i = 0; i < outputs.size(); ++i) {

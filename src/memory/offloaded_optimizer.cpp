@@ -3,6 +3,7 @@
 #include <torchbridge/memory/offloaded_optimizer.h>
 
 #include <ATen/ATen.h>
+#include <ATen/DeviceAccelerator.h>
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -11,6 +12,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <optional>
+#include <string>
 #include <utility>
 
 namespace torchbridge::memory {
@@ -40,6 +42,14 @@ c10::Device device_of(const std::vector<at::Tensor>& parameters) {
                       c10::toString(p.scalar_type()), "; float32 parameters are supported (the host copies are the "
                       "float32 masters)");
   }
+  // Torch pins host memory for the process's accelerator only (at::getAccelerator); without it the
+  // copies could not overlap the CPU's work, which is the point of offloading.
+  const std::optional<c10::DeviceType> accelerator = at::getAccelerator(/*checked=*/false);
+  TORCH_CHECK_VALUE(accelerator == device.type(), "OffloadedOptimizer: the parameters are on ", device,
+                    ", but torch pins host memory only for this process's accelerator (",
+                    accelerator ? c10::DeviceTypeName(*accelerator, /*lower_case=*/true) : std::string("none"),
+                    "), and offload needs pinned memory to copy asynchronously; offload from that accelerator's "
+                    "devices, or keep the optimizer on ", device);
   return device;
 }
 

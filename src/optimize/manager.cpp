@@ -81,6 +81,21 @@ c10::ScalarType dtype_named(const std::string& name) {
 
 }  // namespace
 
+std::string summary(const OptimizationReport& report) {
+  const std::string level = to_string(report.level);
+  if (report.level == OptLevel::O0) return "O0 on " + report.device + ": placed on the device, nothing else";
+  std::string beyond;
+  for (const auto& step : report.steps) {
+    if (step.level == OptLevel::O0 || step.outcome == "skipped") continue;
+    beyond += (beyond.empty() ? "" : ", ") + step.name;
+  }
+  if (beyond.empty()) {
+    return level + " applied nothing beyond O0 on " + report.device + ": every step of O1-" + level +
+           " was skipped, each for the reason shown";
+  }
+  return level + " on " + report.device + " applied " + beyond;
+}
+
 std::string to_json_text(const OptimizationReport& report, int indent) {
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& step : report.steps) {
@@ -92,7 +107,8 @@ std::string to_json_text(const OptimizationReport& report, int indent) {
                         {"level", to_string(report.level)},
                         {"training", report.training},
                         {"precision", nlohmann::json::parse(to_json_text(report.precision, {}))},
-                        {"steps", steps}}
+                        {"steps", steps},
+                        {"summary", summary(report)}}
       .dump(indent);
 }
 

@@ -19,6 +19,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include "collect_warnings.h"
 #include "expect_error.h"
 
 #include <string>
@@ -260,6 +261,20 @@ TEST_P(CheckpointTest, WithoutGradModeTheFunctionSimplyRuns) {
   torch::autograd::GradMode::set_enabled(true);
   EXPECT_FALSE(y.requires_grad());
   EXPECT_TRUE(at::equal(y.cpu(), model->forward(x).detach().cpu()));
+}
+
+// A region nothing in it trains (frozen layers, inputs without grad) runs as torch's does, with a
+// warning that says why checkpointing it achieves nothing and what a backward through it will say.
+// The warning is given once per process, so this is one test, on the CPU.
+TEST(CheckpointWarning, ARegionWithoutGradientsRunsAndWarns) {
+  torch::nn::Sequential model(torch::nn::Linear(16, 8), torch::nn::Tanh());
+  for (auto& p : model->parameters()) p.requires_grad_(false);
+  const at::Tensor x = at::randn({4, 16});
+  const test_support::CollectWarnings warnings;
+  const at::Tensor y = checkpoint([&](const at::Tensor& in) { return model->forward(in); }, x);
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_TRUE(warnings.any_contains("none of the region's 1 outputs requires grad")) << warnings.joined();
+  expect_error([&] { y.sum().backward(); }, "does not require grad");
 }
 
 // Memory is not a timing: the caching allocator's peak is exact. Twelve wide blocks checkpointed

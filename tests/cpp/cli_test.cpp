@@ -1,4 +1,6 @@
 // Runs the built `torchbridge` binary and checks its exit codes, JSON and error messages.
+#include <torchbridge/precision.h>
+#include <torchbridge/precision_policy.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/version.h>
 
@@ -87,6 +89,17 @@ TEST(Cli, InfoJsonDescribesTheCpuLikeTheLibrary) {
   EXPECT_GT(device["memory"]["allocated_bytes"].get<int64_t>(), 0);
   EXPECT_TRUE(device["memory"]["reserved_bytes"].is_null());
   EXPECT_TRUE(device["error"].is_null());
+  // What "auto" chooses here and why, and how each precision runs: the library's own decision.
+  const PrecisionDecision decision = decide_precision(info, "auto");
+  EXPECT_EQ(device["precision"]["requested"], "auto");
+  EXPECT_EQ(device["precision"]["precision"], name_of(decision.precision));
+  EXPECT_EQ(device["precision"]["reason"], decision.reason);
+  const auto capabilities = precision_capabilities(info);
+  ASSERT_EQ(device["precision"]["capabilities"].size(), capabilities.size());
+  for (size_t i = 0; i < capabilities.size(); ++i) {
+    EXPECT_EQ(device["precision"]["capabilities"][i]["precision"], name_of(capabilities[i].precision));
+    EXPECT_EQ(device["precision"]["capabilities"][i]["support"], to_string(capabilities[i].support));
+  }
 }
 
 TEST(Cli, InfoBackendAcceptsAliases) {
@@ -101,6 +114,10 @@ TEST(Cli, InfoHumanOutputShowsTheTable) {
   EXPECT_NE(r.out.find("BACKEND"), std::string::npos);
   EXPECT_NE(r.out.find("cpu:0"), std::string::npos);
   EXPECT_NE(r.out.find("best backend: " + detect_best_backend()), std::string::npos);
+  const PrecisionDecision decision = decide_precision(create_backend("cpu")->info(0), "auto");
+  EXPECT_NE(r.out.find(std::string("auto precision ") + name_of(decision.precision) + " (" + decision.reason + ")"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST(Cli, UnknownBackendIsAnErrorListingValidNames) {

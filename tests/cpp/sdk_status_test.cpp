@@ -13,6 +13,7 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include "collect_warnings.h"
 #include "error_message.h"
 
 #include <dlfcn.h>
@@ -69,28 +70,7 @@ c10::Device failing_emu() {
   return device;
 }
 
-// Collects the warnings raised while it lives.
-class Warnings : public c10::WarningHandler {
- public:
-  Warnings() : guard_(this) {}
-  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
-  bool any_contains(const std::string& text) const {
-    for (const auto& m : messages) {
-      if (m.find(text) != std::string::npos) return true;
-    }
-    return false;
-  }
-  std::vector<std::string> messages;
-
- private:
-  c10::WarningUtils::WarningHandlerGuard guard_;
-};
-
-std::string joined(const std::vector<std::string>& messages) {
-  std::string all;
-  for (const auto& m : messages) all += m + "\n";
-  return all;
-}
+using Warnings = test_support::CollectWarnings;
 
 // A device tensor another stream has used: freeing it needs an event on that stream.
 at::Tensor used_on_another_stream(const c10::Device& device) {
@@ -109,7 +89,7 @@ TEST(SdkStatus, AFailedHostFreeIsAWarningNamingIt) {
   fail_host_free = true;
   pinned.reset();  // the deleter frees through the runtime, which fails: a warning, no exception
   fail_host_free = false;
-  EXPECT_TRUE(warnings.any_contains("runtime call host_free failed")) << joined(warnings.messages);
+  EXPECT_TRUE(warnings.any_contains("runtime call host_free failed")) << warnings.joined();
 }
 
 TEST(SdkStatus, FreeingWithoutAnEventWaitsForTheStreamInstead) {
@@ -119,7 +99,7 @@ TEST(SdkStatus, FreeingWithoutAnEventWaitsForTheStreamInstead) {
   fail_event_create = true;
   t.reset();  // was: the deleter raised and the process terminated
   fail_event_create = false;
-  EXPECT_TRUE(warnings.any_contains("runtime call event_create failed")) << joined(warnings.messages);
+  EXPECT_TRUE(warnings.any_contains("runtime call event_create failed")) << warnings.joined();
   EXPECT_NO_THROW(at::empty({1 << 18}, at::TensorOptions().device(device)).fill_(1.0));
 }
 
@@ -133,7 +113,7 @@ TEST(SdkStatus, MemoryNoStreamCanBeFencedIsNeverReused) {
   t.reset();
   fail_event_create = false;
   fail_stream_synchronize = false;
-  EXPECT_TRUE(warnings.any_contains("stay unused for the rest of the process")) << joined(warnings.messages);
+  EXPECT_TRUE(warnings.any_contains("stay unused for the rest of the process")) << warnings.joined();
   for (int i = 0; i < 4; ++i) {  // the same size again, several times: never the fenced-off block
     const at::Tensor again = at::empty({1 << 18}, at::TensorOptions().device(device));
     EXPECT_NE(again.data_ptr(), address);

@@ -57,6 +57,18 @@ TEST(UnifiedManager, TrainingAtO2KeepsFloat32MasterWeightsAndHandsAutocastToTheC
   EXPECT_EQ(report.precision.precision, Precision::kBf16);
 }
 
+TEST(UnifiedManager, ALevelThatAppliesNothingBeyondO0SaysSo) {
+  UnifiedManager manager(cpu_config(OptLevel::O1, "fp32", true));
+  torch::nn::Sequential model(torch::nn::Linear(8, 8));  // nothing for O1 to act on
+  const OptimizationReport& report = manager.optimize(*model);
+  EXPECT_EQ(summary(report), "O1 applied nothing beyond O0 on cpu: every step of O1-O1 was skipped, each for the "
+                             "reason shown");
+  EXPECT_NE(to_json_text(report).find("\"summary\":\"O1 applied nothing beyond O0"), std::string::npos);
+  UnifiedManager conv_manager(cpu_config(OptLevel::O1, "fp32", true));
+  torch::nn::Sequential conv(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 8, 3)));
+  EXPECT_EQ(summary(conv_manager.optimize(*conv)), "O1 on cpu applied channels_last");
+}
+
 TEST(UnifiedManager, InferenceAtO2CastsFloatingPointTensorsOnly) {
   UnifiedManager manager(cpu_config(OptLevel::O2, "bf16", false));
   torch::nn::Sequential model(torch::nn::Linear(8, 8), torch::nn::BatchNorm1d(8));

@@ -151,6 +151,25 @@ def test_unsupported_options_and_bad_input_are_clear_errors():
         checkpoint_sequential(model, 9, x)
 
 
+def test_a_region_nothing_in_it_trains_runs_with_a_warning_as_torchs_would_without():
+    # Frozen layers and an input without grad: torch runs it; we run it too and say why it is useless.
+    model = make_model("cpu").requires_grad_(False).eval()
+    x = torch.randn(2, 16)
+    with pytest.warns(UserWarning, match="none of the region's 1 tensor outputs requires grad"):
+        y = checkpoint(model, x, use_reentrant=False)
+    assert torch.equal(y, torch_checkpoint.checkpoint(model, x, use_reentrant=False))
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        y.sum().backward()
+
+
+def test_offloading_the_state_of_parameters_without_pinned_host_memory_is_refused():
+    from torchbridge.memory import OffloadedAdamW
+
+    with pytest.raises(ValueError, match=r"the parameters are on meta, but torch pins host memory only for this "
+                                         r"process's accelerator \(emu\)"):
+        OffloadedAdamW(nn.Linear(2, 2, device="meta").parameters())
+
+
 def test_an_error_while_recomputing_reaches_the_caller_of_backward():
     calls = []
 

@@ -119,6 +119,15 @@ def test_bad_options_are_refused():
         offload_activations(prefetch=1.5)
 
 
+def test_a_device_without_pinned_host_memory_is_refused_naming_it():
+    # meta is not this process's accelerator (emu is), so torch has no pinned memory for it
+    x = torch.randn(512, 256, device="meta", requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"a saved tensor is on meta, but torch pins host memory only for this "
+                                           r"process's accelerator \(emu\)"):
+        with offload_activations():
+            torch.tanh(x)
+
+
 def test_without_the_wait_for_the_copy_back_the_gradients_are_wrong():
     """The control for the bit-identity test: under emu's latency, a compute stream that does not wait
     for the copy back reads the device buffer before the data is there. So that test would catch a

@@ -124,6 +124,21 @@ def test_o0_only_places():
                                  "validate": "skipped"}
 
 
+def test_a_level_that_applies_nothing_beyond_o0_says_so():
+    # An MLP on the CPU with no optimizer: O1's steps (TF32, cuDNN, fused optimizer, channels-last,
+    # TorchScript freezing) have nothing to act on.
+    manager = UnifiedManager(cpu_config(optimization_level="O1", precision="fp32"))
+    manager.optimize(mlp())
+    report = manager.report()
+    assert report.summary() == ("O1 applied nothing beyond O0 on cpu: every step of O1-O1 was skipped, each for "
+                                "the reason shown")
+    assert str(report).splitlines()[-1] == report.summary()
+    assert json.loads(report.to_json())["summary"] == report.summary()
+    conv = UnifiedManager(cpu_config(optimization_level="O1", precision="fp32"))
+    conv.optimize(torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3)))
+    assert conv.report().summary() == "O1 on cpu applied channels_last"
+
+
 def test_o1_puts_convolutions_in_channels_last_without_changing_results():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3))

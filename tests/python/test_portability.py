@@ -29,6 +29,9 @@ def test_trains_saves_reloads_and_validates_everywhere(isolate, tmp_path):
     assert all(load["passed"] and load["step"] == 40 for load in loads.values())
     hardware = {entry["backend"]: entry for entry in report["hardware"]}
     assert hardware["emu"]["available"] and hardware["emu"].get("own_process", False) == isolate
+    # emu's devices are alike: one entry "N x name", the name once (it was printed twice before)
+    assert len(hardware["emu"]["devices"]) == 1
+    assert hardware["emu"]["devices"][0].count("TorchBridge emulated accelerator") == 1
     validated = {b["backend"]: b for b in report["validation"]["backends"]}
     assert set(validated) == {"cpu", "emu"}
     assert all(b["passed"] == b["total"] > 0 for b in validated.values())

@@ -47,6 +47,9 @@ struct OptimizationReport {
   PrecisionDecision precision;
   std::vector<StepOutcome> steps;
 };
+// One line: what the level applied beyond O0's placement, or that it applied nothing more (every
+// step above O0 skipped, each with its reason in `steps`).
+std::string summary(const OptimizationReport& report);
 std::string to_json_text(const OptimizationReport& report, int indent = -1);
 
 class UnifiedManager {

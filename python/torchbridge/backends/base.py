@@ -53,9 +53,8 @@ class Backend:
     or a vendor class such as ``torchbridge.backends.nvidia.NVIDIABackend()``.
 
     ``device_index`` picks the device this object works on; ``optimization_level`` ("O0".."O3")
-    is the level :meth:`prepare_model` applies unless a call names another. Only O0 exists so far:
-    a backend constructed with O1-O3 is allowed, and ``prepare_model`` then raises
-    NotImplementedError instead of silently running O0."""
+    is the level :meth:`prepare_model` applies unless a call names another; O1-O3 run
+    ``UnifiedManager`` on this backend (see :meth:`prepare_model`)."""
 
     #: Registry name a vendor subclass binds to; None for the generic class.
     backend_name = None

@@ -23,7 +23,7 @@ def _xla():
 class TPUBackend:
     """TPU devices through torch_xla. Raises a clear error naming the missing package when
     torch_xla is not installed. ``device_index`` and ``optimization_level`` as for the other
-    backends (only O0 exists so far)."""
+    backends, but only O0 runs: O1-O3 raise NotImplementedError (see prepare_model)."""
 
     backend_name = "tpu"
 
