@@ -1,5 +1,7 @@
 // Data parallel's cost and its communication overlap, run as every rank of a torchrun job:
-//   torchrun --nproc-per-node 2 --no-python build/bin/distributed_benchmark [LAYERS WIDTH BATCH REPEATS]
+//   torchrun --nproc-per-node 2 --no-python build/bin/distributed_benchmark [LAYERS WIDTH BATCH REPEATS [DEVICE]]
+// DEVICE: cpu (default; Gloo), an SDK device (Gloo through host memory), or cuda (NCCL, each rank
+// on the GPU of its LOCAL_RANK; on one GPU, a world of one gives DataParallel's own overhead).
 // One model (LAYERS x Linear(WIDTH, WIDTH) with ReLU), one step = forward + backward on this
 // rank's BATCH rows, median of REPEATS, in one run:
 //   local        no communication at all (the floor)
@@ -14,6 +16,7 @@
 #include <torchbridge/distributed/data_parallel.h>
 #include <torchbridge/distributed/process_group.h>
 #include <torchbridge/parse_integer.h>
+#include <torchbridge/registry.h>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -64,18 +67,27 @@ int main(int argc, char** argv) {
     const int64_t width = argc > 2 ? torchbridge::parse_integer(argv[2], "WIDTH", 1, 16384) : 1024;
     const int64_t batch = argc > 3 ? torchbridge::parse_integer(argv[3], "BATCH", 1, 1 << 20) : 64;
     const int repeats = argc > 4 ? static_cast<int>(torchbridge::parse_integer(argv[4], "REPEATS", 1, 1000)) : 11;
-    const auto group = torchbridge::distributed::init();
+    const std::string device_name = argc > 5 ? argv[5] : "cpu";
+    torchbridge::distributed::InitOptions init;
+    init.device = device_name;
+    const auto group = torchbridge::distributed::init(init);
     const OneIntraOpThread one_thread;  // each rank one core: ranks share this machine's cores
+    const auto backend = torchbridge::create_backend(device_name);
+    const c10::Device device =
+        backend->device(backend->device_type() == c10::DeviceType::CUDA ? group->environment().local_rank : 0);
 
     auto model = make_model(layers, width);
+    model->to(device);
     int64_t parameter_bytes = 0;
     for (const auto& p : model->parameters()) parameter_bytes += static_cast<int64_t>(p.nbytes());
     torch::manual_seed(1 + group->rank());
-    const at::Tensor x = at::randn({batch, width});
+    const at::Tensor x = at::randn({batch, width}).to(device);
 
+    // A step ends when the device has finished it (accelerators run asynchronously).
     const auto step = [&](const std::function<void(const at::Tensor&)>& backward) {
       for (auto& p : model->parameters()) p.mutable_grad().reset();
       backward(model->forward(x).square().mean());
+      backend->synchronize(device.has_index() ? device.index() : 0);
     };
     const double local = median_seconds(repeats, [&] { step([](const at::Tensor& loss) { loss.backward(); }); });
 
@@ -105,15 +117,18 @@ int main(int argc, char** argv) {
 
     // The all-reduce alone, for the alpha-beta model: time(n bytes) = alpha + n * beta_effective.
     std::vector<std::pair<int64_t, double>> all_reduce;
+    // (On the CPU through Gloo: the host staging and the CPU's figures; NCCL's own are its tests'.)
     for (const int64_t bytes : {int64_t{4}, int64_t{64} << 10, int64_t{4} << 20, parameter_bytes}) {
       at::Tensor buffer = at::ones({bytes / 4}, at::kFloat);
       all_reduce.emplace_back(bytes, slowest_rank(*group, median_seconds(repeats, [&] { group->all_reduce_sum(buffer); })));
     }
 
     if (group->rank() == 0) {
-      std::printf("distributed_benchmark: %d ranks, Gloo, %lld x Linear(%lld, %lld) = %.1f MiB of parameters, "
-                  "batch %lld per rank, median of %d (slowest rank)\n",
-                  group->world_size(), static_cast<long long>(layers), static_cast<long long>(width),
+      std::printf("distributed_benchmark: %d ranks on %s, gradients over %s, %lld x Linear(%lld, %lld) = %.1f MiB "
+                  "of parameters, batch %lld per rank, median of %d (slowest rank)\n",
+                  group->world_size(), device.str().c_str(),
+                  device.is_cuda() ? "NCCL" : (device.is_cpu() ? "Gloo" : "Gloo through host memory"),
+                  static_cast<long long>(layers), static_cast<long long>(width),
                   static_cast<long long>(width), parameter_bytes / 1048576.0, static_cast<long long>(batch), repeats);
       std::printf("%-46s %10s %8s\n", "step (forward + backward)", "ms", "ratio");
       std::printf("%-46s %10.2f %8.3f\n", "local: no communication", t_local * 1e3, 1.0);

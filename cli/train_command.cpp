@@ -57,7 +57,9 @@ copy of itself on random inputs (no dataset needed). Runs alone, or as every ran
   --seed S           initial weights and data (default 0); step k's batch depends on S and k only,
                      so any number of ranks sees the same global batches
   --device NAME      where to train (default cpu): the CPU or an SDK device (emu), whose tensors
-                     cross ranks through host memory (Gloo); CUDA needs NCCL, not built
+                     cross ranks through host memory (Gloo), or cuda, where data parallel and
+                     ZeRO-1 reduce over NCCL, each rank on the GPU of its LOCAL_RANK (tensor and
+                     pipeline parallel take cpu or an SDK device)
   --timeout-seconds  how long a collective waits for the other ranks (default 60); a lost rank
                      makes every other rank exit 1 naming it
   --save FILE        rank 0 writes the training state (model, Adam, step) as safetensors at the
@@ -236,7 +238,11 @@ RankResult train(const std::shared_ptr<distributed::ProcessGroup>& shared, const
   distributed::ProcessGroup& group = *shared;
   const int rank = group.rank(), world = group.world_size();
   const auto& info = validation::builtin_model_info(options.model);
-  const c10::Device device = create_backend(options.device)->device(0);
+  // torchrun's convention on GPUs: one per local rank (the GPU NCCL was bound to). SDK devices
+  // stage through host memory, so every rank may share device 0.
+  const auto backend = create_backend(options.device);
+  const c10::Device device =
+      backend->device(backend->device_type() == c10::DeviceType::CUDA ? group.environment().local_rank : 0);
   torch::jit::Module model = validation::make_builtin_model(options.model, options.seed);
   torch::jit::Module teacher = validation::make_builtin_model(options.model, options.seed + 1000);
   model.to(device);

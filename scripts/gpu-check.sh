@@ -57,6 +57,7 @@ skip() { record "$1" SKIP 0 "$2"; }
 note_for() {
   case "$1" in
     ctest) grep -E "tests passed|tests failed" "$2" | tail -1 ;;
+    bench-distributed-nccl) grep -E "buckets overlapped \(1 \+ 25" "$2" | tail -1 | cut -c1-150 ;;
     bench-*) grep -iE "goal|ratio" "$2" | tail -1 | cut -c1-150 ;;
     validate-*) grep -E "^Result:" "$2" | tail -1 ;;
     portability) grep -E "^== Result" "$2" | tail -1 ;;
@@ -163,6 +164,9 @@ gpu_step bench-activation-checkpoint "$WORK/build/bin/activation_checkpoint_benc
 gpu_step bench-optimizer-offload "$WORK/build/bin/optimizer_offload_benchmark" cuda 24 2048 64 5
 gpu_step bench-activation-checkpoint-python "$WORK/venv/bin/python" "$ROOT/bench/activation_checkpoint_benchmark.py" \
   --device cuda --d-model 768 --seq 1024 --batch 8
+# Issue 16's GPU figure: data parallel over NCCL in a world of one against no communication (<= 1.02x).
+gpu_step bench-distributed-nccl "$WORK/venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node 1 \
+  --no-python "$WORK/build/bin/distributed_benchmark" 8 4096 256 11 cuda
 if [[ -x "$WORK/build/bin/cudasdk_copy_benchmark" ]]; then
   gpu_step bench-cudasdk-copy "$WORK/build/bin/cudasdk_copy_benchmark"
 else

@@ -46,8 +46,8 @@ def init(timeout: float = 60.0, device: str = "cpu") -> ProcessGroup:
     """Joins the process group torchrun's environment describes (``RANK``, ``WORLD_SIZE``,
     ``MASTER_ADDR``, ...), or a world of one when none of it is set. ``timeout`` (seconds) bounds
     the rendezvous and every collective; a lost rank makes the others raise naming it.
-    ``device`` picks the collective backend (Gloo for the CPU and SDK devices; NCCL for cuda is
-    not built: use torch's DDP there)."""
+    ``device`` picks the collective backend: Gloo for the CPU and SDK devices; NCCL for cuda (with
+    Gloo beside it for CPU tensors), where torch's own DDP is the tool for ``nn.Module``s."""
     if not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     return ProcessGroup.init(int(timeout * 1000), str(device))

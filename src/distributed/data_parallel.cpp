@@ -67,13 +67,8 @@ DataParallel::DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGro
     TORCH_CHECK_VALUE(parameter.device() == device, "DataParallel trains a model on one device: parameter '", name,
                       "' is on ", parameter.device(), ", '", trained.front().first, "' on ", device);
   }
-  // Gloo reduces CPU tensors; an SDK device's gradients travel through host memory. CUDA needs
-  // NCCL, which this layer does not build yet.
-  TORCH_CHECK_VALUE(device.is_cpu() || device.is_privateuseone(), "DataParallel has no collective for ", device,
-                    " parameters yet: ",
-                    device.is_cuda() ? "CUDA needs the NCCL process group, not built yet"
-                                     : "only CPU tensors (Gloo) and SDK devices (through host memory) are supported",
-                    "; train on cpu or an SDK device");
+  // Gloo reduces CPU tensors, NCCL CUDA tensors; an SDK device's gradients travel through host memory.
+  check_collective_device(*group_, device, "DataParallel");
   host_staging_ = device.is_privateuseone();
   TORCH_CHECK_VALUE(!(host_staging_ && options.find_unused_parameters), "DataParallel: find_unused_parameters is ",
                     "not supported on ", device, " (c10d's reducer exchanges its unused-parameter map as a ",

@@ -6,9 +6,11 @@
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/jit_type.h>
+#include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
+#include <algorithm>
 #include <exception>
 #include <string>
 #include <utility>
@@ -50,8 +52,30 @@ std::unique_ptr<c10d::CommHookInterface> make_host_staging_hook(std::shared_ptr<
   return std::make_unique<HostStagingHook>(std::move(group));
 }
 
+void check_collective_device(const ProcessGroup& group, const c10::Device& device, const char* who) {
+  if (device.is_cpu() || device.is_privateuseone()) return;
+  TORCH_CHECK_VALUE(!device.is_cuda() || group.backend() == CollectiveBackend::nccl, who, ": parameters on ", device,
+                    " need a process group with NCCL (init with device \"cuda\"); this one has ",
+                    to_string(group.backend()));
+  TORCH_CHECK_VALUE(device.is_cuda(), who, " has no collective for ", device, " parameters: CPU tensors go through ",
+                    "Gloo, SDK devices' through host memory, CUDA's through NCCL");
+}
+
 void broadcast_through_host(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root) {
   const at::NoGradGuard no_grad;
+  // CUDA tensors in a group with NCCL need no staging: NCCL broadcasts them where they are.
+  const bool on_nccl = group.backend() == CollectiveBackend::nccl && !tensors.empty() &&
+                       std::all_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.is_cuda(); });
+  if (on_nccl) {
+    std::vector<at::Tensor> detached;
+    for (const auto& tensor : tensors) detached.push_back(tensor.detach());
+    try {
+      c10d::broadcast_coalesced(group.native(), detached, kBroadcastBytes, root);
+    } catch (const std::exception& e) {
+      group.raise_failure("broadcasting rank " + std::to_string(root) + "'s tensors", e);
+    }
+    return;
+  }
   std::vector<at::Tensor> host;  // CPU tensors take part as they are
   for (const auto& tensor : tensors) host.push_back(tensor.is_cpu() ? tensor.detach() : tensor.detach().to(at::kCPU));
   try {

@@ -9,6 +9,9 @@
 namespace at {
 class Tensor;
 }
+namespace c10 {
+struct Device;
+}
 namespace c10d {
 class CommHookInterface;
 }
@@ -22,8 +25,14 @@ class ProcessGroup;
 // the reducer's own all-reduce would, and copied back into the bucket.
 std::unique_ptr<c10d::CommHookInterface> make_host_staging_hook(std::shared_ptr<ProcessGroup> group);
 
-// Rank `root`'s values of `tensors` into every rank's: CPU tensors directly, others through host
-// copies. Failures raise the group's error naming the lost rank.
+// Refuses, naming `who` and the way out, parameters on `device` that `group` has no collective
+// for: CPU tensors go through Gloo, an SDK device's through host memory, CUDA tensors need a
+// group with NCCL (InitOptions::device "cuda").
+void check_collective_device(const ProcessGroup& group, const c10::Device& device, const char* who);
+
+// Rank `root`'s values of `tensors` into every rank's: CPU tensors directly, CUDA tensors directly
+// when the group has NCCL, others through host copies. Failures raise the group's error naming
+// the lost rank.
 void broadcast_through_host(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root);
 
 }  // namespace torchbridge::distributed

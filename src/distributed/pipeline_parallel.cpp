@@ -97,7 +97,7 @@ Pipeline::Pipeline(Stage stage, std::shared_ptr<ProcessGroup> group, PipelineSch
   TORCH_CHECK_VALUE(group_ != nullptr, "Pipeline needs a process group (torchbridge::distributed::init())");
   TORCH_CHECK_VALUE(static_cast<bool>(stage_), "Pipeline needs this rank's stage (a function of one tensor)");
   TORCH_CHECK_VALUE(device_.is_cpu() || device_.is_privateuseone(), "Pipeline runs on Gloo: the CPU, or an SDK ",
-                    "device through host memory; not ", device_, " (CUDA needs NCCL, not built)");
+                    "device through host memory; not ", device_, " (pipeline parallel over NCCL is not built)");
 }
 
 int Pipeline::stage_index() const { return group_->rank(); }

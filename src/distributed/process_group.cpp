@@ -3,6 +3,7 @@
 #include "distributed/failure_cause.h"
 #include "distributed/gloo_backend.h"
 #include "distributed/liveness.h"
+#include "distributed/nccl_backend.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -139,19 +140,29 @@ std::shared_ptr<ProcessGroup> init(const LaunchEnvironment& env, const InitOptio
   const bool cuda = options.device.rfind("cuda", 0) == 0;
   const CollectiveBackend backend =
       options.backend.value_or(cuda ? CollectiveBackend::nccl : CollectiveBackend::gloo);
-  TORCH_CHECK_VALUE(backend == CollectiveBackend::gloo, "the nccl collective backend is not available: ",
-#ifdef USE_C10D_NCCL
-                    "TorchBridge does not build its NCCL process group yet",
-#else
-                    "this torch build has no NCCL (it was built without USE_C10D_NCCL)",
-#endif
+  const std::string nccl_unavailable = backend == CollectiveBackend::nccl ? nccl_unavailable_reason() : "";
+  TORCH_CHECK_VALUE(nccl_unavailable.empty(), "the nccl collective backend is not available: ", nccl_unavailable,
                     "; use gloo (device '", options.device, "')");
+  TORCH_CHECK_VALUE(backend == CollectiveBackend::gloo || cuda, "the nccl collective backend reduces CUDA tensors, ",
+                    "not device '", options.device, "'; use gloo");
   const auto store = c10::make_intrusive<c10d::PrefixStore>("torchbridge", rendezvous_store(env, options.timeout));
+  // Gloo always: the CPU tensors of the option and parameter checks, fingerprints and host staging.
   const auto gloo = joining(env, "connecting Gloo to every other rank (timeout " +
                                    std::to_string(options.timeout.count()) + " ms)",
                           [&] { return make_gloo_backend(store, env.rank, env.world_size, options.timeout); });
   auto native = c10::make_intrusive<c10d::ProcessGroup>(store, env.rank, env.world_size);
   native->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  if (backend == CollectiveBackend::nccl) {
+    // CUDA tensors go to NCCL: c10d picks the backend by the tensors' device type.
+    const c10::Device requested(options.device);
+    const c10::Device gpu(c10::kCUDA, requested.has_index() ? requested.index()
+                                                            : static_cast<c10::DeviceIndex>(env.local_rank));
+    const auto nccl = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("nccl", store), env.rank,
+                                        env.world_size, options.timeout, gpu);
+    native->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+    // After setBackend, which hands every backend the group's bound device (none: Gloo has none).
+    nccl->setBoundDeviceId(gpu);
+  }
   native->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
   return std::make_shared<ProcessGroup>(env, backend, options.timeout, std::move(native), store);
 }

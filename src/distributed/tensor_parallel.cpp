@@ -82,11 +82,12 @@ int64_t share_of(int64_t size, const ProcessGroup& group, const char* layer, con
   return size / group.world_size();
 }
 
-// Gloo reduces CPU tensors; an SDK device's go through host memory. CUDA needs NCCL (not built).
+// Gloo reduces CPU tensors; an SDK device's go through host memory. CUDA layers would want their
+// partial sums on NCCL, which these layers do not use yet.
 void check_device(const at::Tensor& weight, const char* layer) {
   TORCH_CHECK_VALUE(weight.is_cpu() || weight.is_privateuseone(), layer,
-                    " runs its collectives on Gloo: CPU tensors, or an SDK device's through host memory; the layer "
-                    "is on ", weight.device());
+                    " runs its collectives on Gloo: CPU tensors, or an SDK device's through host memory (tensor "
+                    "parallel over NCCL is not built); the layer is on ", weight.device());
 }
 
 // This rank's rows [rank * rows, (rank + 1) * rows) of each of `blocks` equal blocks of `full`'s

@@ -96,10 +96,8 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> paramet
   TORCH_CHECK_VALUE(static_cast<bool>(make_optimizer), "ZeroRedundancyOptimizer needs a function that makes the "
                                                        "optimizer for this rank's parameters");
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    TORCH_CHECK_VALUE(parameters_[i].defined() && (parameters_[i].is_cpu() || parameters_[i].is_privateuseone()),
-                      "ZeroRedundancyOptimizer exchanges parameters over Gloo: parameter ", i,
-                      " must be on the CPU or an SDK device (through host memory), got ",
-                      parameters_[i].defined() ? parameters_[i].device().str() : std::string("an undefined tensor"));
+    TORCH_CHECK_VALUE(parameters_[i].defined(), "ZeroRedundancyOptimizer: parameter ", i, " is an undefined tensor");
+    check_collective_device(*group_, parameters_[i].device(), "ZeroRedundancyOptimizer");
   }
   owners_ = assign_owners(parameters_, group_->world_size());
   by_owner_.resize(static_cast<size_t>(group_->world_size()));

@@ -2,11 +2,14 @@
 // environment read (or refused) variable by variable, a world of one without torchrun, and the
 // errors for what cannot work (NCCL on a CPU-only torch, a rank 0 that never comes). Collectives
 // across real processes run under torchrun (distributed_worker.cpp, CTest distributed.*).
+#include <torchbridge/distributed/data_parallel.h>
 #include <torchbridge/distributed/launch_environment.h>
 #include <torchbridge/distributed/process_group.h>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/nn/modules/linear.h>
 
 #include "error_message.h"
 
@@ -119,16 +122,62 @@ TEST(ProcessGroup, AWorldOfOneRunsEveryCollectiveWithoutTorchrun) {
   EXPECT_NE(error_of([&] { group->all_reduce_sum(undefined); }).find("undefined tensor"), std::string::npos);
 }
 
-TEST(ProcessGroup, NcclIsRefusedWithTheReasonAndTheWayOut) {
-  InitOptions options;
-  options.device = "cuda";  // its default backend is NCCL
-  const std::string message = error_of([&] { init(LaunchEnvironment{}, options); });
-  EXPECT_NE(message.find("nccl"), std::string::npos) << message;
-  EXPECT_NE(message.find("use gloo"), std::string::npos) << message;
+TEST(ProcessGroup, NcclIsRefusedWhereItCannotRunWithTheReasonAndTheWayOut) {
   EXPECT_NE(error_of([&] { parse_collective_backend("mpi"); }).find("'mpi' is not one of: gloo, nccl"),
             std::string::npos);
+  InitOptions options;
   options.timeout = std::chrono::milliseconds(0);
   EXPECT_NE(error_of([&] { init(LaunchEnvironment{}, options); }).find("timeout must be positive"), std::string::npos);
+  options.timeout = std::chrono::milliseconds(60'000);
+  const std::string reason = nccl_unavailable_reason();
+  if (reason.empty()) {
+    // Where NCCL runs, it is still only for CUDA tensors.
+    options.backend = CollectiveBackend::nccl;
+    EXPECT_NE(error_of([&] { init(LaunchEnvironment{}, options); })
+                  .find("the nccl collective backend reduces CUDA tensors, not device 'cpu'; use gloo"),
+              std::string::npos);
+    GTEST_SKIP() << "NCCL runs here: NcclWorldOfOneReducesCudaTensorsAndKeepsGlooForTheCpus tests it";
+  }
+  options.device = "cuda";  // its default backend is NCCL
+  const std::string message = error_of([&] { init(LaunchEnvironment{}, options); });
+  EXPECT_NE(message.find("the nccl collective backend is not available: " + reason + "; use gloo"), std::string::npos)
+      << message;
+}
+
+// A world of one on this rank's GPU: CUDA tensors are reduced by NCCL, CPU tensors (every check
+// the layer makes) still by Gloo, and DataParallel trains on the GPU with no host staging.
+TEST(ProcessGroup, NcclWorldOfOneReducesCudaTensorsAndKeepsGlooForTheCpus) {
+  const std::string reason = nccl_unavailable_reason();
+  if (!reason.empty()) GTEST_SKIP() << "NCCL cannot run here: " << reason;
+  InitOptions options;
+  options.device = "cuda";
+  const auto group = init(LaunchEnvironment{}, options);
+  EXPECT_EQ(group->backend(), CollectiveBackend::nccl);
+  EXPECT_EQ(group->native()->getBackend(c10::DeviceType::CUDA)->getBackendName(), "nccl");
+  EXPECT_EQ(group->native()->getBackend(c10::DeviceType::CPU)->getBackendName(), "gloo");
+
+  at::Tensor on_cpu = at::arange(4, at::kFloat);
+  group->all_reduce_sum(on_cpu);
+  EXPECT_TRUE(at::equal(on_cpu, at::arange(4, at::kFloat)));
+  std::vector<at::Tensor> on_gpu{at::arange(4, at::TensorOptions().dtype(at::kFloat).device(c10::kCUDA, 0))};
+  group->native()->allreduce(on_gpu)->wait();
+  EXPECT_TRUE(at::equal(on_gpu[0].cpu(), at::arange(4, at::kFloat)));
+
+  torch::manual_seed(0);
+  torch::nn::Linear trained(8, 4), reference(8, 4);
+  {
+    const at::NoGradGuard no_grad;
+    reference->weight.copy_(trained->weight);
+    reference->bias.copy_(trained->bias);
+  }
+  trained->to(c10::Device(c10::kCUDA, 0));
+  reference->to(c10::Device(c10::kCUDA, 0));
+  DataParallel parallel(*trained, group);
+  const at::Tensor x = at::randn({5, 8}).to(c10::Device(c10::kCUDA, 0));
+  parallel.backward(trained->forward(x).square().mean());
+  reference->forward(x).square().mean().backward();
+  EXPECT_TRUE(at::equal(trained->weight.grad().cpu(), reference->weight.grad().cpu()));  // the mean over one rank
+  EXPECT_TRUE(at::equal(trained->bias.grad().cpu(), reference->bias.grad().cpu()));
 }
 
 // A port nobody listens on: bind one, note it, close it.

@@ -169,3 +169,27 @@ def test_a_tensor_parallel_dimension_that_does_not_split_is_refused_before_train
     run = train("--model", "builtin:mlp", "--tensor-parallel", "3", ranks=3, check=False)
     assert run.returncode != 0
     assert "out_features 64 does not divide into 3 equal shares" in run.stderr, run.stderr[-2000:]
+
+
+def test_cuda_needs_nccl_and_says_so_where_it_cannot_run():
+    import torch
+
+    if torch.cuda.is_available() and torch.distributed.is_nccl_available():
+        pytest.skip("NCCL runs here: test_data_parallel_on_cuda_over_nccl_is_one_process_on_the_whole_batch")
+    run = train("--model", "builtin:mlp", "--device", "cuda", "--steps", "2", check=False)
+    assert run.returncode != 0
+    assert "the nccl collective backend is not available" in run.stderr, run.stderr[-2000:]
+
+
+def test_data_parallel_on_cuda_over_nccl_is_one_process_on_the_whole_batch():
+    """A GPU machine with one GPU: a world of one over NCCL (DataParallel's reducer, no host staging)
+    and ZeRO-1 must train exactly as the process alone on the same GPU."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.distributed.is_nccl_available()):
+        pytest.skip("needs a CUDA device and a torch with NCCL")
+    alone = train("--model", "builtin:mlp", "--steps", "6", "--device", "cuda")
+    for mode in ("--data-parallel", "--zero1"):
+        report = train("--model", "builtin:mlp", "--steps", "6", "--device", "cuda", mode, ranks=1)
+        assert report["device"] == "cuda"
+        assert report["ranks"][0]["parameter_fingerprint"] == alone["ranks"][0]["parameter_fingerprint"], mode

@@ -1,8 +1,8 @@
 #pragma once
 // A process group for distributed training, made of PyTorch's own c10d parts: a TCPStore at
 // MASTER_ADDR:MASTER_PORT for the rendezvous (an in-process store for a world of one) and the
-// collective backend the device needs (Gloo for CPU and SDK devices; NCCL for CUDA, not built
-// yet). Launched by torchrun, or alone as a world of one. Every wait is bounded by the timeout,
+// collective backend the device needs (Gloo for CPU and SDK devices; NCCL for CUDA tensors, with
+// Gloo beside it for CPU tensors). Launched by torchrun, or alone as a world of one. Every wait is bounded by the timeout,
 // and a failure (a rank that died, one that never came) raises a c10::Error naming this rank,
 // the operation and the cause, never a hang.
 
@@ -32,9 +32,14 @@ std::string to_string(CollectiveBackend backend);
 // "gloo" or "nccl"; anything else is a c10::ValueError naming the value.
 CollectiveBackend parse_collective_backend(const std::string& name);
 
+// Why the nccl collective backend cannot be used in this build and process, or "" when it can:
+// a torch built without NCCL, NCCL's headers missing when TorchBridge was built, or no CUDA device.
+std::string nccl_unavailable_reason();
+
 struct InitOptions {
   // The device training runs on (a backend name: "cpu", "cuda", "emu", ...); it picks the
-  // default collective backend: NCCL for cuda, Gloo for everything else.
+  // default collective backend: NCCL for cuda, Gloo for everything else. With NCCL, "cuda" means
+  // the GPU of this rank's LOCAL_RANK (torchrun's one GPU per local rank); "cuda:N" names one.
   std::string device = "cpu";
   std::optional<CollectiveBackend> backend;  // overrides the default
   // How long the rendezvous and each collective may wait for the other ranks.
@@ -61,7 +66,7 @@ class ProcessGroup {
   // The c10d process group, for what this class does not wrap.
   const c10::intrusive_ptr<c10d::ProcessGroup>& native() const { return native_; }
 
-  // Collectives on CPU tensors, in place, waited for.
+  // Collectives on CPU tensors (always through Gloo), in place, waited for.
   void all_reduce_sum(at::Tensor& tensor);
   void broadcast(at::Tensor& tensor, int root);
   // Every rank's `tensor`, in rank order (each rank must pass the same shape and dtype).
