@@ -4,5 +4,5 @@
 # other backend (the CPU and the emulated device at least), validate, and report.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$ROOT/scripts/setup.sh"
+"$ROOT/scripts/setup.sh" --main-job
 exec "$ROOT/build/bin/torchbridge" portability "$@"

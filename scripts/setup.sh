@@ -6,6 +6,14 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# --main-job: build only what the main job runs (library, CLI, devices, Python package); the
+# default builds everything, tests and benchmarks too. A later full set-up builds the rest.
+SCOPE=all
+case "${1:-}" in
+  "") ;;
+  --main-job) SCOPE=main ;;
+  *) echo "setup.sh: unknown argument '$1' (expected nothing or --main-job)" >&2; exit 2 ;;
+esac
 # Each phase line carries the seconds since the set-up began, so a long wait is never a silent one.
 log() { printf '[setup %4ds] %s\n' "$SECONDS" "$*" >&2; }
 
@@ -50,8 +58,14 @@ if [[ ! -f build/build.ninja ]]; then
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
     -DPython3_EXECUTABLE="$PY" >/dev/null
 fi
-log "building (this takes a few minutes on a clean 2-core machine; ccache makes rebuilds fast)"
-cmake --build build -j "${TORCHBRIDGE_JOBS:-2}"
+BUILD_TARGET=()
+PACKAGE_TARGET=()
+if [[ "$SCOPE" == main ]]; then
+  BUILD_TARGET=(--target torchbridge_main_job)
+  PACKAGE_TARGET=(-C build.targets=torchbridge_main_job)
+fi
+log "building ${SCOPE/main/what the main job needs} (minutes on a clean 2-core machine; ccache makes rebuilds fast)"
+cmake --build build -j "${TORCHBRIDGE_JOBS:-2}" "${BUILD_TARGET[@]}"
 
 # ---- 4. The Python package, into .venv (reinstalled only when its sources changed) --------------
 # No build isolation: the extension must compile against the torch installed above. The package is
@@ -65,7 +79,7 @@ if [[ ! -f "$package_stamp" || "$(cat "$package_stamp")" != "$package_hash" ]]; 
   "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
     -C build-dir=build -C cmake.build-type="${TORCHBRIDGE_BUILD_TYPE:-Release}" \
     -C cmake.define.TORCHBRIDGE_BUILD_TESTS=ON -C cmake.define.TORCHBRIDGE_BUILD_BENCHMARKS=ON \
-    -C cmake.define.TORCHBRIDGE_WERROR=ON "$ROOT"
+    -C cmake.define.TORCHBRIDGE_WERROR=ON "${PACKAGE_TARGET[@]}" "$ROOT"
   echo "$package_hash" >"$package_stamp"
 fi
 log "set-up complete"
