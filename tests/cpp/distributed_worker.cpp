@@ -106,6 +106,46 @@ double data_parallel_against_one_process(const std::shared_ptr<torchbridge::dist
   return max_difference(*model, *reference);
 }
 
+// A model with a layer no rank uses in this step's forward pass: with find_unused_parameters the
+// reducer marks its parameters ready instead of waiting for gradients that never come, the used
+// layer trains as one process on the whole batch does, and the unused one stays as it was.
+struct WithAnUnusedLayer : torch::nn::Module {
+  WithAnUnusedLayer() {
+    used = register_module("used", torch::nn::Linear(8, 4));
+    unused = register_module("unused", torch::nn::Linear(8, 4));
+    to(at::kDouble);
+  }
+  torch::nn::Linear used{nullptr}, unused{nullptr};
+};
+
+double unused_parameters_against_one_process(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group) {
+  const int rank = group->rank(), world = group->world_size();
+  torch::manual_seed(11);
+  WithAnUnusedLayer model;
+  torch::manual_seed(11);
+  WithAnUnusedLayer reference;
+  const at::Tensor unused_before = model.unused->weight.detach().clone();
+  torchbridge::distributed::DataParallelOptions options;
+  options.find_unused_parameters = true;
+  torchbridge::distributed::DataParallel parallel(model, group, options);
+  torch::optim::SGD optimizer(model.parameters(), 0.1), reference_optimizer(reference.parameters(), 0.1);
+  const at::Tensor inputs = at::randn({24, 8}, at::kDouble), targets = at::randn({24, 4}, at::kDouble);
+  const int64_t share = 24 / world;
+  namespace F = torch::nn::functional;
+  for (int step = 0; step < 3; ++step) {
+    optimizer.zero_grad();
+    parallel.backward(F::mse_loss(model.used->forward(inputs.narrow(0, rank * share, share)),
+                                  targets.narrow(0, rank * share, share)));
+    optimizer.step();
+    reference_optimizer.zero_grad();
+    F::mse_loss(reference.used->forward(inputs), targets).backward();
+    reference_optimizer.step();
+  }
+  expect(at::equal(model.unused->weight.detach(), unused_before), "the unused layer left as it was");
+  return std::max((model.used->weight - reference.used->weight).abs().max().item<double>(),
+                  (model.used->bias - reference.used->bias).abs().max().item<double>());
+}
+
 // ZeRO-1 against plain data parallel, both from rank 0's weights on the same shares: Adam steps
 // each parameter on its own, so the parameters must be bit-identical; the state each rank holds
 // must add up to plain Adam's, each rank about 1/world of it (8 equal layers: the shards balance).
@@ -418,6 +458,10 @@ int main(int argc, char** argv) {
     std::printf("rank %d of %d: DataParallel after 6 steps (2 accumulated) vs one process on the whole batch: "
                 "max |difference| %.3g\n", rank, world, difference);
     expect(difference <= 1e-12, "DataParallel's parameters against one-process training");
+    const double unused = unused_parameters_against_one_process(group);
+    std::printf("rank %d of %d: DataParallel with find_unused_parameters, a layer unused: the used one vs one "
+                "process, max |difference| %.3g; the unused one unchanged\n", rank, world, unused);
+    expect(unused <= 1e-12, "DataParallel with an unused layer against one-process training");
     zero_one_against_plain_data_parallel(group);
     const c10::Device emu = torchbridge::create_backend("emu")->device(0);
     for (const c10::Device device : {c10::Device(c10::kCPU), emu}) {
