@@ -6,6 +6,7 @@ C++ reader's output is compared with, bit for bit."""
 import collections
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import zipfile
@@ -202,6 +203,22 @@ def test_storage_sizes_are_checked_against_their_records(tmp_path):
     result = convert(tmp_path / "long.pt", tmp_path / "out.safetensors")
     assert result.returncode == 1
     assert "long.pt: record data/0 holds 16 bytes, but its storage of 5 Float elements needs 20" in result.stderr
+
+
+FIXTURES = sorted((pathlib.Path(__file__).parent / "data").glob("torch_save_*.pt"))
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[f.stem for f in FIXTURES])
+def test_files_written_by_another_torch_convert_bit_exactly(tmp_path, fixture):
+    """A state dict written by another torch than this environment's (data/make_torch_save_fixture.py
+    wrote it: an OrderedDict of Parameters and buffers in eight dtypes, a strided view, a Linear
+    under two names); this environment's torch.load is the reference."""
+    reference = torch.load(fixture, weights_only=True)
+    assert type(reference) is collections.OrderedDict
+    assert reference["tied.weight"].untyped_storage().data_ptr() == reference["proj.weight"].untyped_storage().data_ptr()
+    run = convert(fixture, tmp_path / "converted.safetensors")
+    assert run.returncode == 0, run.stderr
+    assert_bit_exact(load_file(str(tmp_path / "converted.safetensors")), reference)
 
 
 def test_a_transformers_pytorch_model_bin_converts_bit_exactly(tmp_path):
