@@ -73,8 +73,7 @@ int main(int argc, char** argv) {
     const auto group = torchbridge::distributed::init(init);
     const OneIntraOpThread one_thread;  // each rank one core: ranks share this machine's cores
     const auto backend = torchbridge::create_backend(device_name);
-    const c10::Device device =
-        backend->device(backend->device_type() == c10::DeviceType::CUDA ? group->environment().local_rank : 0);
+    const c10::Device device = torchbridge::distributed::rank_device(*group, *backend);
 
     auto model = make_model(layers, width);
     model->to(device);

@@ -238,11 +238,7 @@ RankResult train(const std::shared_ptr<distributed::ProcessGroup>& shared, const
   distributed::ProcessGroup& group = *shared;
   const int rank = group.rank(), world = group.world_size();
   const auto& info = validation::builtin_model_info(options.model);
-  // torchrun's convention on GPUs: one per local rank (the GPU NCCL was bound to). SDK devices
-  // stage through host memory, so every rank may share device 0.
-  const auto backend = create_backend(options.device);
-  const c10::Device device =
-      backend->device(backend->device_type() == c10::DeviceType::CUDA ? group.environment().local_rank : 0);
+  const c10::Device device = distributed::rank_device(group, *create_backend(options.device));
   torch::jit::Module model = validation::make_builtin_model(options.model, options.seed);
   torch::jit::Module teacher = validation::make_builtin_model(options.model, options.seed + 1000);
   model.to(device);

@@ -51,6 +51,7 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
         self.min_bytes = min_bytes
         self.prefetch = prefetch
         self._side_streams = {}
+        self._pinnable = set()  # devices _check_pinned_memory has accepted
         self._saved = []  # weak references, in forward order
         super().__init__(self._pack, self._unpack)
 
@@ -66,10 +67,11 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
         side.wait_event(ready)
         return side
 
-    @staticmethod
-    def _check_pinned_memory(device):
+    def _check_pinned_memory(self, device):
         # Torch pins host memory for the process's accelerator only; without pinned memory the copies
         # would be synchronous, and the overlap that makes offload worth it would be gone.
+        if device in self._pinnable:
+            return
         accelerator = torch.accelerator.current_accelerator()
         if accelerator is None or accelerator.type != device.type:
             raise RuntimeError(
@@ -77,6 +79,7 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
                 f"process's accelerator ({accelerator.type if accelerator is not None else 'none'}), and offload "
                 f"needs pinned memory to copy asynchronously; run the block on that accelerator or without "
                 f"offload_activations")
+        self._pinnable.add(device)
 
     def _pack(self, tensor):
         base = tensor if tensor._base is None else tensor._base

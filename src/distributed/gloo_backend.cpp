@@ -1,4 +1,4 @@
-#include "distributed/gloo_backend.h"
+#include "distributed/collective_backends.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 

@@ -63,28 +63,20 @@ void check_collective_device(const ProcessGroup& group, const c10::Device& devic
 
 void broadcast_through_host(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root) {
   const at::NoGradGuard no_grad;
-  // CUDA tensors in a group with NCCL need no staging: NCCL broadcasts them where they are.
+  // CPU tensors take part as they are, and so do CUDA tensors when the group has NCCL and all of
+  // them are on CUDA (NCCL broadcasts them where they are); the rest through host copies.
   const bool on_nccl = group.backend() == CollectiveBackend::nccl && !tensors.empty() &&
                        std::all_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.is_cuda(); });
-  if (on_nccl) {
-    std::vector<at::Tensor> detached;
-    for (const auto& tensor : tensors) detached.push_back(tensor.detach());
-    try {
-      c10d::broadcast_coalesced(group.native(), detached, kBroadcastBytes, root);
-    } catch (const std::exception& e) {
-      group.raise_failure("broadcasting rank " + std::to_string(root) + "'s tensors", e);
-    }
-    return;
-  }
-  std::vector<at::Tensor> host;  // CPU tensors take part as they are
-  for (const auto& tensor : tensors) host.push_back(tensor.is_cpu() ? tensor.detach() : tensor.detach().to(at::kCPU));
+  const auto staged = [on_nccl](const at::Tensor& t) { return !t.is_cpu() && !on_nccl; };
+  std::vector<at::Tensor> sent;
+  for (const auto& tensor : tensors) sent.push_back(staged(tensor) ? tensor.detach().to(at::kCPU) : tensor.detach());
   try {
-    c10d::broadcast_coalesced(group.native(), host, kBroadcastBytes, root);
+    c10d::broadcast_coalesced(group.native(), sent, kBroadcastBytes, root);
   } catch (const std::exception& e) {
     group.raise_failure("broadcasting rank " + std::to_string(root) + "'s tensors", e);
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (!tensors[i].is_cpu()) tensors[i].detach().copy_(host[i]);
+    if (staged(tensors[i])) tensors[i].detach().copy_(sent[i]);
   }
 }
 

@@ -1,4 +1,4 @@
-#include "distributed/nccl_backend.h"
+#include "distributed/collective_backends.h"
 
 #include <torchbridge/distributed/process_group.h>
 

@@ -1,9 +1,10 @@
 #include <torchbridge/distributed/process_group.h>
 
 #include "distributed/failure_cause.h"
-#include "distributed/gloo_backend.h"
+#include "distributed/collective_backends.h"
 #include "distributed/liveness.h"
-#include "distributed/nccl_backend.h"
+
+#include <torchbridge/backend.h>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -130,6 +131,10 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
 
 void ProcessGroup::barrier() {
   run(*this, "barrier", [&] { wait(native_->barrier()); });
+}
+
+c10::Device rank_device(const ProcessGroup& group, const Backend& backend) {
+  return backend.device(backend.device_type() == c10::DeviceType::CUDA ? group.environment().local_rank : 0);
 }
 
 std::shared_ptr<ProcessGroup> init(const InitOptions& options) { return init(read_launch_environment(), options); }

@@ -8,6 +8,7 @@
 
 #include <torchbridge/distributed/launch_environment.h>
 
+#include <c10/core/Device.h>
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
@@ -24,6 +25,10 @@ namespace c10d {
 class ProcessGroup;
 class Store;
 }  // namespace c10d
+
+namespace torchbridge {
+class Backend;
+}
 
 namespace torchbridge::distributed {
 
@@ -88,6 +93,12 @@ class ProcessGroup {
   c10::intrusive_ptr<c10d::ProcessGroup> native_;
   std::unique_ptr<Liveness> liveness_;  // null for a world of one
 };
+
+// The device of `backend` this rank works on: for CUDA the GPU of its LOCAL_RANK (torchrun's one GPU
+// per local rank, the one an NCCL group is bound to); for every other backend device 0 (SDK devices
+// stage through host memory, so ranks may share it). Raises naming the index when the backend has
+// no such device.
+c10::Device rank_device(const ProcessGroup& group, const Backend& backend);
 
 // Joins the group the launch environment describes (read_launch_environment()).
 std::shared_ptr<ProcessGroup> init(const InitOptions& options = {});
