@@ -3,7 +3,7 @@
 # with a GPU, a CUDA build of torch, cmake and a C++ compiler, and no internet and no apt.
 #
 #   on the development machine:  scripts/prepare-offline-deps.sh   (fills .offline/, git-ignored)
-#   on the GPU machine:          scripts/gpu-check.sh [--work DIR] [--jobs N] [--allow-no-gpu]
+#   on the GPU machine:          scripts/gpu-check.sh [--work DIR] [--jobs N] [--only REGEX] [--allow-no-gpu]
 #
 # It builds GoogleTest from .offline/, then TorchBridge (warnings as errors) against the torch of
 # `python3`, installs the Python package into a virtual environment that sees that torch, and runs:
@@ -12,19 +12,24 @@
 # targets cuda, cpu, emu and cudasdk, and the GPU benchmarks. It prints one summary table and exits
 # non-zero when any step failed. Logs: DIR/logs/<step>.log (default DIR: /tmp/torchbridge-gpu-check).
 # --allow-no-gpu runs the same steps on a machine without a GPU (the GPU steps then report SKIP),
-# which is how the script itself is tested on the development machine.
+# which is how the script itself is tested on the development machine. --only REGEX runs the build
+# (incremental, so nearly free when DIR already holds one) and then only the steps whose names match,
+# e.g. --only 'ctest|bench-fp8' to repeat two steps after a fix. scripts/gpu-check-detached.sh runs
+# this script in calls shorter than the whole check (the device tool's 10-minute limit).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORK=/tmp/torchbridge-gpu-check
 JOBS="$(nproc)"
 ALLOW_NO_GPU=0
+ONLY=""
 while (($#)); do
   case "$1" in
     --work) WORK="$2"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
     --allow-no-gpu) ALLOW_NO_GPU=1; shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --only) ONLY="$2"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -42,8 +47,11 @@ record() {  # record STEP RESULT SECONDS NOTE
   printf '[gpu-check] %-34s %-5s %6ss  %s\n' "$1" "$2" "$3" "$4" >&2
 }
 # step NAME COMMAND...: runs the command with its output in LOGS/NAME.log; PASS on exit 0.
+BUILD_STEPS=" googletest venv configure build python-package "
+selected() { [[ -z "$ONLY" || "$BUILD_STEPS" == *" $1 "* || "$1" =~ ^($ONLY)$ ]]; }
 step() {
   local name="$1"; shift
+  selected "$name" || return 0
   local log="$LOGS/$name.log" begin=$SECONDS
   printf '[gpu-check] running %s ...\n' "$name" >&2
   if "$@" >"$log" 2>&1; then
@@ -52,7 +60,7 @@ step() {
     record "$name" FAIL $((SECONDS - begin)) "$(tail -n 3 "$log" | tr '\n' ' ' | cut -c1-150)"
   fi
 }
-skip() { record "$1" SKIP 0 "$2"; }
+skip() { selected "$1" && record "$1" SKIP 0 "$2"; }
 # The line of a log worth showing next to a passing step (a benchmark's ratio, CTest's verdict).
 note_for() {
   case "$1" in
@@ -126,7 +134,8 @@ fi
 # ---- 2. tests --------------------------------------------------------------------------------------
 export PATH="$WORK/venv/bin:$PATH"
 CLI="$WORK/build/bin/torchbridge"
-step ctest ctest --test-dir "$WORK/build" --output-on-failure -j "$JOBS"
+# A test without a TIMEOUT of its own gets 10 minutes: a hang fails its entry instead of the check.
+step ctest ctest --test-dir "$WORK/build" --output-on-failure --timeout 600 -j "$JOBS"
 if grep -q "cuda_runtime_tests\|cudasdk" <(ls "$WORK/build/lib" "$WORK/build/bin" 2>/dev/null); then
   gpu_step contract-cudasdk env TORCHBRIDGE_CONTRACT_SDK_DEVICE=cudasdk "$WORK/build/bin/contract_tests" \
     --gtest_filter='*/cudasdk:ContractSetup.*'
