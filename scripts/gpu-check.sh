@@ -109,7 +109,15 @@ build_googletest() {
     cmake --build "$WORK/googletest-build" -j "$JOBS" && cmake --install "$WORK/googletest-build"
 }
 make_venv() {  # sees the machine's torch; our package and its console script go in here
-  [[ -x "$WORK/venv/bin/python" ]] || "$PYTHON" -m venv --system-site-packages "$WORK/venv"
+  [[ -x "$WORK/venv/bin/python" ]] || "$PYTHON" -m venv --system-site-packages "$WORK/venv" || return
+  # --system-site-packages shows the base interpreter's packages only; when $PYTHON is itself a
+  # virtual environment (the GPU image's python3 is /opt/torch/.venv), its packages (torch,
+  # scikit-build-core) are made visible through a .pth file naming its site-packages.
+  local parent mine
+  parent="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" &&
+    mine="$("$WORK/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" &&
+    echo "$parent" >"$mine/torchbridge_gpu_check_parent.pth" &&
+    "$WORK/venv/bin/python" -c 'import torch, scikit_build_core; print("venv sees torch", torch.__version__)'
 }
 configure() {
   cmake -S "$ROOT" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTORCHBRIDGE_WERROR=ON \
