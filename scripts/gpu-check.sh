@@ -131,7 +131,7 @@ install_package() {
 step googletest build_googletest
 step venv make_venv
 step configure configure
-step build cmake --build "$WORK/build" -j "$JOBS"
+step build cmake --build "$WORK/build" -j "$JOBS" -- -k 0  # -k 0: every compile error in one log
 step python-package install_package
 if grep -q FAIL <<<"${ROWS[*]}"; then
   printf '\n%s\n' "${ROWS[@]}"
