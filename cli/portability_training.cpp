@@ -27,7 +27,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const torch::jit::Module
 }
 
 TrainingRun train_transformer(c10::Device device, int steps, uint64_t seed, bool checkpointing) {
-  const auto& info = validation::builtin_model_info("transformer");
+  // A copy, not a reference: GCC 13's -Wdangling-reference cannot see that the returned entry
+  // outlives the temporary std::string the name is passed as.
+  const validation::BuiltinModel info = validation::builtin_model_info("transformer");
   TrainingRun run;
   run.model = validation::make_builtin_model("transformer", seed);
   run.model.to(device);

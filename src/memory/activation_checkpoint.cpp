@@ -17,9 +17,11 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <type_traits>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -63,6 +65,18 @@ struct RegionNodes {
     return dynamic_cast<const torch::autograd::AccumulateGrad*>(node) == nullptr;
   }
 };
+
+// torch 2.11 owns autograd nodes through std::shared_ptr, newer torch (2.13 on) through
+// c10::intrusive_ptr; Edge::function names whichever this torch uses, and the node is made to match.
+using NodePtr = decltype(Edge::function);
+template <typename ConcreteNode, typename... Args>
+NodePtr make_node(Args&&... args) {
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<Node>>) {
+    return std::make_shared<ConcreteNode>(std::forward<Args>(args)...);
+  } else {
+    return c10::make_intrusive<ConcreteNode>(std::forward<Args>(args)...);
+  }
+}
 
 // The edges through which gradients leave the region: from the outputs' gradient edges through
 // every node of the region to the first edge that points outside it (an input's grad_fn, a
@@ -237,8 +251,8 @@ void CheckpointRegion::finish(const std::vector<at::Tensor>& outputs, const std:
   if (attached_outputs.empty()) return;  // nothing to differentiate: no graph to keep
 
   edge_list leaving = edges_leaving_region(outputs, region);
-  auto node = c10::make_intrusive<CheckpointBackward>(std::move(leaving), std::move(state_), std::move(recompute),
-                                                      std::move(metadata), attached_outputs);
+  auto node = make_node<CheckpointBackward>(std::move(leaving), std::move(state_), std::move(recompute),
+                                           std::move(metadata), attached_outputs);
   for (size_t i : attached_outputs) torch::autograd::set_history(attach_to[i], node);
 }
 
