@@ -38,11 +38,13 @@ std::string_view raw(const char (&literal)[N]) {
 
 PickleRef run(std::string_view bytes) { return unpickle(bytes, ordered_dict_hooks(), "test.pkl"); }
 
-const PickleValue& entry(const PickleValue& dict, const std::string& key) {
+// The key is a const char*, not a std::string: GCC 13 -Wdangling-reference flags any returned
+// reference when an argument is a temporary string.
+const PickleValue& entry(const PickleValue& dict, const char* key) {
   for (const auto& [k, v] : dict.entries) {
     if (k->kind == Kind::string && k->text == key) return *v;
   }
-  throw std::runtime_error("no key " + key);
+  throw std::runtime_error(std::string("no key ") + key);
 }
 
 // {'a': [1, -2, 3.5, None, True, False, 300, -70000, 2**40, -2**63], 'b': (1, 'x'),
