@@ -117,7 +117,11 @@ make_venv() {  # sees the machine's torch; our package and its console script go
   parent="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" &&
     mine="$("$WORK/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" &&
     echo "$parent" >"$mine/torchbridge_gpu_check_parent.pth" &&
-    "$WORK/venv/bin/python" -c 'import torch, scikit_build_core; print("venv sees torch", torch.__version__)'
+    "$WORK/venv/bin/python" -c 'import torch, scikit_build_core; print("venv sees torch", torch.__version__)' || return
+  # Test dependencies the image lacks, from the wheels prepare-offline-deps.sh brought along.
+  if [[ -d "$ROOT/.offline/wheels" ]] && ls "$ROOT/.offline/wheels"/*.whl >/dev/null 2>&1; then
+    "$WORK/venv/bin/python" -m pip install -q --no-index --no-deps "$ROOT/.offline/wheels"/*.whl
+  fi
 }
 configure() {
   cmake -S "$ROOT" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTORCHBRIDGE_WERROR=ON \

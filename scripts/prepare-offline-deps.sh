@@ -18,7 +18,12 @@ cp -r /usr/include/nlohmann "$OUT/prefix/include/nlohmann"
 # The package files locate the headers three directories up from themselves: prefix/include.
 cp -r /usr/share/cmake/nlohmann_json "$OUT/prefix/share/cmake/nlohmann_json"
 
+# Pure-Python test dependencies a GPU image may lack (torch's OpInfo samples import expecttest;
+# the lent H100's image has none), as wheels that gpu-check.sh installs into its venv offline.
+mkdir -p "$OUT/wheels"
+"$ROOT/.venv/bin/python" -m pip download -q --no-deps --only-binary=:all: -d "$OUT/wheels" expecttest
+
 if [[ -d .git ]] && ! grep -qx '/.offline/' .git/info/exclude 2>/dev/null; then
   echo '/.offline/' >>.git/info/exclude
 fi
-echo "prepared $OUT ($(du -sh "$OUT" | cut -f1)): googletest sources, nlohmann-json headers and CMake files"
+echo "prepared $OUT ($(du -sh "$OUT" | cut -f1)): googletest sources, nlohmann-json headers and CMake files, test wheels"

@@ -19,12 +19,14 @@ namespace {
 using at::Tensor;
 using Inputs = std::vector<Tensor>;
 
-enum class Kind { kNormal, kPositive, kUnit, kAboveOne, kIndex, kMask, kInt };
+// kDistinctIndex: a 2-D index whose rows hold distinct values (scatter with a repeated index
+// leaves either value, in no defined order: the H100 picked another than the CPU).
+enum class Kind { kNormal, kPositive, kUnit, kAboveOne, kIndex, kDistinctIndex, kMask, kInt };
 
 struct Input {
   std::vector<int64_t> shape;
   Kind kind = Kind::kNormal;
-  int64_t bound = 0;  // kIndex: values in [0, bound)
+  int64_t bound = 0;  // kIndex, kDistinctIndex: values in [0, bound)
 };
 
 struct OpCase {
@@ -41,6 +43,8 @@ Tensor make_input(const Input& in) {
     case Kind::kUnit: return at::rand(in.shape, at::kDouble) * 1.6 - 0.8;
     case Kind::kAboveOne: return at::rand(in.shape, at::kDouble) + 1.5;
     case Kind::kIndex: return at::randint(0, in.bound, in.shape, at::kLong);
+    case Kind::kDistinctIndex:  // each row: the first columns of a random permutation of [0, bound)
+      return at::rand({in.shape.at(0), in.bound}).argsort(/*stable=*/false, /*dim=*/1).narrow(1, 0, in.shape.at(1)).contiguous();
     case Kind::kMask: return at::rand(in.shape) > 0.5;
     case Kind::kInt: return at::randint(-50, 50, in.shape, at::kInt);
   }
@@ -195,7 +199,7 @@ std::vector<OpCase> operator_cases() {
       // ---- indexing, shape and view operators
       {"index_select", {M, {{3}, Kind::kIndex, 4}}, [](const Inputs& x) { return x[0].index_select(0, x[1]); }},
       {"gather", {M, {{4, 2}, Kind::kIndex, 5}}, [](const Inputs& x) { return x[0].gather(1, x[1]); }},
-      {"scatter", {M, {{4, 2}, Kind::kIndex, 5}, {{4, 2}}},
+      {"scatter", {M, {{4, 2}, Kind::kDistinctIndex, 5}, {{4, 2}}},
        [](const Inputs& x) { return x[0].scatter(1, x[1], x[2]); }, false},
       {"scatter_add", {M, {{4, 2}, Kind::kIndex, 5}, {{4, 2}}},
        [](const Inputs& x) { return x[0].scatter_add(1, x[1], x[2]); }},

@@ -22,6 +22,10 @@ struct WriteCase {
   // Runs the operator with written arguments built from `base` (a double tensor 0, 0.5, ..., 23.5
   // on the device under test); returns the tensors whose values and layout must match the CPU's.
   std::function<std::vector<Tensor>(const Tensor& base)> run;
+  // Non-empty where torch's own kernels for a native accelerator refuse what the CPU kernel
+  // accepts: says why. A native backend may then raise, leaving the base untouched; an SDK
+  // device must still do what the CPU does (its fallback runs the CPU kernel).
+  std::string native_kernels_may_refuse = {};
 };
 
 Tensor grid(const Tensor& base, int64_t offset, int64_t rows, int64_t cols) {
@@ -85,7 +89,9 @@ std::vector<WriteCase> write_cases() {
          Tensor out = b.narrow(0, 3, 1).expand({4});
          at::mv_out(out, values(b, {4, 2}), values(b, {2}, 3.0));
          return std::vector<Tensor>{out};
-       }},
+       },
+       "cuBLAS's gemv takes no zero output stride, so torch's CUDA mv refuses an expanded out= "
+       "(\"argument incy must be positive\", seen on an H100 with torch 2.11)"},
       {"self_overlapping_itself_where_torch_allows_it", [](const Tensor& b) {
          Tensor self = b.narrow(0, 5, 1).expand({4});
          self.index_fill_(0, at::tensor({int64_t{2}}).to(b.device()), -7.0);
@@ -153,8 +159,10 @@ struct Outcome {
   std::vector<Tensor> results;
 };
 
+Tensor initial_base() { return at::arange(48, at::kDouble) * 0.5; }
+
 Outcome run(const WriteCase& c, const c10::Device& device) {
-  const Tensor base = (at::arange(48, at::kDouble) * 0.5).to(device);
+  const Tensor base = initial_base().to(device);
   Outcome outcome;
   try {
     outcome.results = c.run(base);
@@ -173,6 +181,11 @@ TEST_P(Contract, WrittenArgumentsOfEveryLayoutBehaveAsOnTheCpu) {
     const bool refused = c.name.find("_is_refused") != std::string::npos;
     ASSERT_EQ(!expected.error.empty(), refused) << "on the CPU: " << expected.error.substr(0, 200);
     const Outcome actual = run(c, device());
+    const bool native = device().type() != c10::kCPU && device().type() != c10::kPrivateUse1;
+    if (native && !c.native_kernels_may_refuse.empty() && expected.error.empty() && !actual.error.empty()) {
+      EXPECT_TRUE(bit_equal(actual.base, initial_base())) << "refused, but wrote into the base first";
+      continue;  // torch's own kernel refuses: see native_kernels_may_refuse
+    }
     if (actual.error.empty() != expected.error.empty()) {
       ADD_FAILURE() << "the CPU " << (expected.error.empty() ? "returned" : "raised: " + expected.error.substr(0, 200))
                     << "; " << GetParam()

@@ -47,17 +47,20 @@ def test_a_package_runs_from_cpp_with_the_eager_models_outputs(package, tmp_path
     assert step["name"] == "compile" and step["outcome"] == "applied" and "(1 input tensor(s))" in step["detail"]
 
 
-@pytest.mark.parametrize("inputs,message", [
-    (lambda x: [x, x.clone()], "takes 1 input tensor(s), got 2"),
-    (lambda x: [torch.randn(3, 5)], "refused its inputs: input_handles[0]: unmatched dim value at 1, expected: 8, "
-                                    "but got: 5"),
-    (lambda x: [x.double()], "refused its inputs: input_handles[0]: unmatched dtype"),
+@pytest.mark.parametrize("inputs,messages", [
+    (lambda x: [x, x.clone()], ["takes 1 input tensor(s), got 2"]),
+    (lambda x: [torch.randn(3, 5)], ["refused its inputs", "input_handles[0]: unmatched dim value at 1, expected: 8, "
+                                                           "but got: 5"]),
+    (lambda x: [x.double()], ["refused its inputs", "input_handles[0]: unmatched dtype"]),
 ])
-def test_bad_inputs_are_errors_not_crashes(package, tmp_path, inputs, message):
+def test_bad_inputs_are_errors_not_crashes(package, tmp_path, inputs, messages):
+    # The reason is in our error on torch 2.13; torch 2.11's AOTInductor runtime prints it to stderr
+    # itself ("Error: input_handles[0]: ...") and throws a generic error (seen on the H100 machine).
     _, example, path = package
     result, _ = run(path, inputs(example), tmp_path)
     assert result.returncode == 1, (result.returncode, result.stderr)
-    assert message in result.stderr
+    for message in messages:
+        assert message in result.stderr
 
 
 def test_below_o2_and_a_missing_file_are_refused(package, tmp_path):
