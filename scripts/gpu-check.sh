@@ -65,6 +65,7 @@ skip() { selected "$1" && record "$1" SKIP 0 "$2"; }
 note_for() {
   case "$1" in
     ctest) grep -E "tests passed|tests failed" "$2" | tail -1 ;;
+    python-loads-emu) grep -E "^emu sum" "$2" | tail -1 ;;
     bench-distributed-nccl) grep -E "buckets overlapped \(1 \+ 25" "$2" | tail -1 | cut -c1-150 ;;
     bench-*) grep -iE "goal|ratio" "$2" | tail -1 | cut -c1-150 ;;
     validate-*) grep -E "^Result:" "$2" | tail -1 ;;
@@ -146,6 +147,28 @@ fi
 # ---- 2. tests --------------------------------------------------------------------------------------
 export PATH="$WORK/venv/bin:$PATH"
 CLI="$WORK/build/bin/torchbridge"
+# The H100 run of 2026-11-25 (torch 2.11.0+cu130, Python 3.12) saw every Python process that loads
+# emu die with SIGSEGV inside _C.load_device, while C++ processes load it on the same machine. This
+# step runs the smallest such program first and, when it crashes, again under a debugger, so the
+# log holds the native stack and the loaded libraries (the evidence the CPU machine cannot give).
+python_loads_emu() {
+  local program='import torch, torchbridge; torchbridge.devices.load("emu"); print("emu sum", (torch.ones(3, device="emu") * 2).sum().item())'
+  "$WORK/venv/bin/python" -X faulthandler -c "$program"
+  local code=$?
+  ((code == 0)) && return 0
+  echo "--- exit $code. Versions, then the native stack:"
+  "$WORK/venv/bin/python" -c 'import torch, pybind11, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cxx11 abi", torch._C._GLIBCXX_USE_CXX11_ABI, "pybind11", pybind11.__version__)'
+  ldd "$("$WORK/venv/bin/python" -c 'import importlib.util as u; print(u.find_spec("torchbridge._C").origin)')"
+  local debugger
+  debugger="$(command -v gdb || command -v cuda-gdb)"
+  if [[ -n "$debugger" ]]; then
+    "$debugger" -batch -ex run -ex bt -ex 'info sharedlibrary' --args "$WORK/venv/bin/python" -c "$program" 2>&1 | tail -n 200
+  else
+    echo "(no gdb or cuda-gdb on this machine)"
+  fi
+  return "$code"
+}
+step python-loads-emu python_loads_emu
 # A test without a TIMEOUT of its own gets 10 minutes: a hang fails its entry instead of the check.
 step ctest ctest --test-dir "$WORK/build" --output-on-failure --timeout 600 -j "$JOBS"
 if grep -q "cuda_runtime_tests\|cudasdk" <(ls "$WORK/build/lib" "$WORK/build/bin" 2>/dev/null); then
