@@ -4,7 +4,8 @@ tests/python/test_torch_save_import.py to read back with the torch of the test e
 
 Run it under another torch than the project's pin to add that version's file:
     python tests/python/data/make_torch_save_fixture.py tests/python/data
-(torch_save_2.14.1.pt was written this way by torch 2.14.1+cu130 on a CPU-only machine.)"""
+(torch_save_2.14.1.pt and torch_save_2.11.0.pt were written this way on a CPU-only machine by
+torch 2.14.1+cu130 from the local wheel cache and torch 2.11.0+cu130 downloaded from PyPI.)"""
 
 import pathlib
 import sys
