@@ -129,9 +129,10 @@ configure() {
         -DCMAKE_PREFIX_PATH="$WORK/deps;$ROOT/.offline/prefix;$TORCH_PREFIX" \
         -DPython3_EXECUTABLE="$WORK/venv/bin/python"
 }
-install_package() {
+install_package() {  # from the build above, as scripts/setup.sh does: nothing compiles a second time
   "$WORK/venv/bin/python" -m pip install --no-build-isolation --no-deps --no-index --no-cache-dir \
-    -C build-dir="$WORK/wheel-build" -C cmake.define.TORCHBRIDGE_WERROR=ON "$ROOT"
+    -C build-dir="$WORK/build" -C cmake.build-type=Release -C cmake.define.TORCHBRIDGE_BUILD_TESTS=ON \
+    -C cmake.define.TORCHBRIDGE_BUILD_BENCHMARKS=ON -C cmake.define.TORCHBRIDGE_WERROR=ON "$ROOT"
 }
 step googletest build_googletest
 step venv make_venv
