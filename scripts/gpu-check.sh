@@ -170,14 +170,14 @@ python_loads_emu() {
   return "$code"
 }
 step python-loads-emu python_loads_emu
+# A test without a TIMEOUT of its own gets 10 minutes: a hang fails its entry instead of the check.
+step ctest ctest --test-dir "$WORK/build" --output-on-failure --timeout 600 -j "$JOBS"
 # The contract suite on cudasdk in one process (ContractSetup loads it first). A skipped case fails
 # the step: on 2026-11-25 every case skipped, taking cudasdk's own CUDA context for a native user.
 contract_on_cudasdk() {
   TORCHBRIDGE_CONTRACT_SDK_DEVICE=cudasdk "$WORK/build/bin/contract_tests" --gtest_filter='ContractSetup.*:*/cudasdk' |
     tee /dev/stderr | { ! grep -q '^\[  SKIPPED \]'; }
 }
-# A test without a TIMEOUT of its own gets 10 minutes: a hang fails its entry instead of the check.
-step ctest ctest --test-dir "$WORK/build" --output-on-failure --timeout 600 -j "$JOBS"
 if grep -q "cuda_runtime_tests\|cudasdk" <(ls "$WORK/build/lib" "$WORK/build/bin" 2>/dev/null); then
   gpu_step contract-cudasdk contract_on_cudasdk
 else

@@ -21,8 +21,8 @@
 #include <optional>
 #include <set>
 #include <sstream>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
 

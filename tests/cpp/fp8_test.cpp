@@ -188,7 +188,8 @@ TEST_P(Fp8LinearTest, ForwardAndBackwardFollowTheRecipe) {
   EXPECT_TRUE(at::allclose(y, expected_y, 1e-5, 1e-5));
   EXPECT_TRUE(at::allclose(x.grad(), expected_dx, 1e-5, 1e-5));
   EXPECT_TRUE(at::allclose(layer->weight.grad(), expected_dw, 1e-5, 1e-5));
-  EXPECT_TRUE(at::equal(layer->bias.grad(), grad.sum(at::IntArrayRef{0, 1})  /* torch 2.11: a bare {0, 1} is ambiguous */));
+  // IntArrayRef named: in torch 2.11 a bare {0, 1} is ambiguous between sum's overloads.
+  EXPECT_TRUE(at::equal(layer->bias.grad(), grad.sum(at::IntArrayRef{0, 1})));
 
   // And it is a Linear up to FP8's rounding: e4m3 keeps 3 mantissa bits.
   const at::Tensor exact = at::linear(x.detach(), w, layer->bias.detach());
