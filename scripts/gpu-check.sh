@@ -7,10 +7,11 @@
 #
 # It builds GoogleTest from .offline/, then TorchBridge (warnings as errors) against the torch of
 # `python3`, installs the Python package into a virtual environment that sees that torch, and runs:
-# the whole CTest suite (C++ and Python), the contract suite on cudasdk, `info`, `doctor`,
-# `validate` on cpu,cuda,emu and cpu,cudasdk, `portability`, the redirection corpus under the
-# targets cuda, cpu, emu and cudasdk, and the GPU benchmarks. It prints one summary table and exits
-# non-zero when any step failed. Logs: DIR/logs/<step>.log (default DIR: /tmp/torchbridge-gpu-check).
+# Python loading emu, the contract suite on cudasdk, `info`, `doctor`, `validate` on cpu,cuda,emu
+# and cpu,cudasdk, `portability`, the GPU benchmarks, the redirection corpus under the targets cuda,
+# cpu, emu and cudasdk, and last the whole CTest suite (C++ and Python): GPU-only results first, so
+# a device budget that runs out still has them. It prints one summary table and exits non-zero
+# when any step failed. Logs: DIR/logs/<step>.log (default DIR: /tmp/torchbridge-gpu-check).
 # --allow-no-gpu runs the same steps on a machine without a GPU (the GPU steps then report SKIP),
 # which is how the script itself is tested on the development machine. --only REGEX runs the build
 # (incremental, so nearly free when DIR already holds one) and then only the steps whose names match,
@@ -87,6 +88,10 @@ fi
   echo "cmake: $(cmake --version | head -1)"
   echo "compiler: $(c++ --version | head -1)"
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo none)"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) ($(nproc) cores), kernel $(uname -r), $(ldd --version | head -1)"
+  # What differs between machines without showing in versions: settings that change how torch,
+  # Python, the loader or the C library behave (the 2026-11-25 Python-only crash is unexplained).
+  env | grep -E '^(TORCH|PYTORCH|PYTHON|LD_|CUDA|NCCL|NVIDIA|GLIBC|MALLOC|OMP|LC_|LANG)' | sort | sed 's/^/env: /'
 } | tee "$LOGS/machine.log" >&2
 if ((GPU == 0 && ALLOW_NO_GPU == 0)); then
   echo "gpu-check: no usable NVIDIA GPU here (nvidia-smi, or torch.cuda.is_available() with $PYTHON);" \
@@ -145,33 +150,48 @@ if grep -q FAIL <<<"${ROWS[*]}"; then
   exit 1
 fi
 
-# ---- 2. tests --------------------------------------------------------------------------------------
+# ---- 2. the GPU-only checks first (a lent machine's time is short) ------------------------------
 export PATH="$WORK/venv/bin:$PATH"
 CLI="$WORK/build/bin/torchbridge"
-# The H100 run of 2026-11-25 (torch 2.11.0+cu130, Python 3.12) saw every Python process that loads
-# emu die with SIGSEGV inside _C.load_device, while C++ processes load it on the same machine. This
-# step runs the smallest such program first and, when it crashes, again under a debugger, so the
-# log holds the native stack and the loaded libraries (the evidence the CPU machine cannot give).
-python_loads_emu() {
-  local program='import torch, torchbridge; torchbridge.devices.load("emu"); print("emu sum", (torch.ones(3, device="emu") * 2).sum().item())'
-  "$WORK/venv/bin/python" -X faulthandler -c "$program"
+# The H100 run of 2026-11-25 (torch 2.11.0+cu130, Python 3.12) saw every Python process that
+# reached the std::regex then in src/sdk/register_device.cpp die with SIGSEGV, while C++ processes
+# ran the same code. The regex is gone; this step checks the three Python paths that crashed (load
+# emu, a refused name, an unknown backend) and, when one still crashes, runs it again under a
+# debugger, so the log holds the native stack and the loaded libraries (what the CPU machine
+# cannot show: the crash did not reproduce there, not even in an Ubuntu 24.04 chroot with the same
+# Python, GCC and torch).
+python_probe() {  # python_probe PROGRAM: runs it; on a crash, the versions and the native stack
+  "$WORK/venv/bin/python" -X faulthandler -c "$1"
   local code=$?
   ((code == 0)) && return 0
-  echo "--- exit $code. Versions, then the native stack:"
+  echo "--- exit $code from: $1"
   "$WORK/venv/bin/python" -c 'import torch, pybind11, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cxx11 abi", torch._C._GLIBCXX_USE_CXX11_ABI, "pybind11", pybind11.__version__)'
   ldd "$("$WORK/venv/bin/python" -c 'import importlib.util as u; print(u.find_spec("torchbridge._C").origin)')"
   local debugger
   debugger="$(command -v gdb || command -v cuda-gdb)"
   if [[ -n "$debugger" ]]; then
-    "$debugger" -batch -ex run -ex bt -ex 'info sharedlibrary' --args "$WORK/venv/bin/python" -c "$program" 2>&1 | tail -n 200
+    "$debugger" -batch -ex run -ex bt -ex 'info sharedlibrary' --args "$WORK/venv/bin/python" -c "$1" 2>&1 | tail -n 200
   else
     echo "(no gdb or cuda-gdb on this machine)"
   fi
   return "$code"
 }
+python_loads_emu() {
+  local failed=0
+  python_probe 'import torch, torchbridge; torchbridge.devices.load("emu"); print("emu sum", (torch.ones(3, device="emu") * 2).sum().item())' || failed=1
+  python_probe 'import torchbridge
+try:
+    torchbridge.devices.load("../emu")
+except ValueError as error:
+    print("refused:", error)' || failed=1
+  python_probe 'import torchbridge
+try:
+    torchbridge.BackendFactory.create("warp")
+except ValueError as error:
+    print("refused:", error)' || failed=1
+  return "$failed"
+}
 step python-loads-emu python_loads_emu
-# A test without a TIMEOUT of its own gets 10 minutes: a hang fails its entry instead of the check.
-step ctest ctest --test-dir "$WORK/build" --output-on-failure --timeout 600 -j "$JOBS"
 # The contract suite on cudasdk in one process (ContractSetup loads it first). A skipped case fails
 # the step: on 2026-11-25 every case skipped, taking cudasdk's own CUDA context for a native user.
 contract_on_cudasdk() {
@@ -190,11 +210,6 @@ gpu_step validate-cpu-cuda-emu "$CLI" validate --model builtin:transformer --bac
 gpu_step validate-cpu-cuda-bf16 "$CLI" validate --model builtin:transformer --backends cpu,cuda --dtype bf16
 gpu_step validate-cpu-cudasdk "$CLI" validate --model builtin:transformer --backends cpu,cudasdk
 step portability "$CLI" portability
-TARGETS=cpu,emu
-((GPU)) && TARGETS=cpu,cuda,emu,cudasdk
-step redirect-corpus env TORCHBRIDGE_REDIRECT_TARGETS="$TARGETS" "$WORK/venv/bin/python" -m pytest -q \
-  -p no:cacheprovider "$ROOT/tests/python/test_redirect_corpus.py"
-
 # ---- 3. benchmarks (ratios against a baseline measured in the same run) ----------------------------
 BEST=cpu
 ((GPU)) && BEST=cuda
@@ -222,6 +237,17 @@ if [[ -x "$WORK/build/bin/cudasdk_copy_benchmark" ]]; then
 else
   skip bench-cudasdk-copy "not built (no CUDA toolkit at build time)"
 fi
+
+# ---- 4. what only a GPU machine can show about redirection, then the whole suites ---------------
+TARGETS=cpu,emu
+((GPU)) && TARGETS=cpu,cuda,emu,cudasdk
+step redirect-corpus env TORCHBRIDGE_REDIRECT_TARGETS="$TARGETS" "$WORK/venv/bin/python" -m pytest -q \
+  -p no:cacheprovider "$ROOT/tests/python/test_redirect_corpus.py"
+
+# Last, because most of it already passes on the CPU machine and it is the longest step (636 s at
+# -j16 on the H100): a device budget that runs out here has already bought every GPU-only result.
+# A test without a TIMEOUT of its own gets 10 minutes: a hang fails its entry instead of the check.
+step ctest ctest --test-dir "$WORK/build" --output-on-failure --timeout 600 -j "$JOBS"
 
 # ---- summary ---------------------------------------------------------------------------------------
 echo

@@ -4,13 +4,13 @@
 #include "backends/adapters.h"
 #include "core/dynamic_library.h"
 #include "backends/accelerator_backend.h"
+#include "backends/instinct_name.h"
 
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/version.h>
 
 #include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,13 +36,6 @@ std::string format_hip_version(int (*query)(int*)) {
   if (query == nullptr || query(&v) != 0 || v <= 0) return "";
   return std::to_string(v / 10000000) + "." + std::to_string((v / 100000) % 100) + "." +
          std::to_string(v % 100000);
-}
-
-// Instinct generation from the marketing name ("AMD Instinct MI300X" -> 300); 0 when not Instinct.
-int instinct_generation(const std::string& name) {
-  static const std::regex pattern(R"(MI\s*(\d{2,3}))");
-  std::smatch match;
-  return std::regex_search(name, match, pattern) ? std::stoi(match[1]) : 0;
 }
 
 class RocmBackend final : public AcceleratorBackend {

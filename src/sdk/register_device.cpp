@@ -22,6 +22,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -29,7 +30,6 @@
 #include <functional>
 #include <mutex>
 #include <optional>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -57,9 +57,20 @@ const std::pair<const char*, size_t> kRequiredEntries[] = {
     TB_ENTRY(event_elapsed_time)};
 #undef TB_ENTRY
 
+// A device name becomes a file name (libtorchbridge_device_NAME.so) and torch's PrivateUse1
+// backend name, so it must be a lower-case identifier: [a-z][a-z0-9_]*. Checked by hand rather
+// than with std::regex, which libtorchbridge does not use: on the H100 run of 2026-11-25 every
+// Python process that reached a std::regex here died with SIGSEGV, and every Python path that
+// avoided it worked (docs/device-sdk.md, "std::regex").
+bool is_device_name(const std::string& name) {
+  const auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  return !name.empty() && lower(name.front()) &&
+         std::all_of(name.begin(), name.end(), [&](char c) { return lower(c) || digit(c) || c == '_'; });
+}
+
 void validate_name(const std::string& name) {
-  static const std::regex pattern("[a-z][a-z0-9_]*");
-  TORCH_CHECK_VALUE(std::regex_match(name, pattern), "invalid device name '", name,
+  TORCH_CHECK_VALUE(is_device_name(name), "invalid device name '", name,
                     "': expected a lower-case identifier such as 'emu'");
 }
 
@@ -133,8 +144,7 @@ std::optional<std::string> find_library(const std::string& name) {
 const bool resolver_installed = [] {
   BackendRegistry::instance().set_name_resolver(
       [](const std::string& name) {
-        static const std::regex pattern("[a-z][a-z0-9_]*");
-        if (!std::regex_match(name, pattern) || !find_library(name)) return false;
+        if (!is_device_name(name) || !find_library(name)) return false;
         load_device(name);
         return true;
       },
