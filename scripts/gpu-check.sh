@@ -85,6 +85,10 @@ fi
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   (nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU") | sed 's/^/gpu: /'
   "$PYTHON" -c 'import torch; print("torch:", torch.__version__, "cuda", torch.version.cuda)'
+  # Which build of torch exactly (a wheel from PyPI, or the image's own): its compiler and a digest.
+  # PyPI's torch 2.11.0 cp312 manylinux wheel gives GCC 13.3 and d905337ae7a62784.
+  "$PYTHON" -c 'import torch; print("torch build:", " ".join(torch.__config__.show().split("\n")[1:3]).strip())'
+  echo "torch python library: $(sha256sum "$("$PYTHON" -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_python.so"))')" | cut -c1-16)"
   echo "cmake: $(cmake --version | head -1)"
   echo "compiler: $(c++ --version | head -1)"
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo none)"
