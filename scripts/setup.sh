@@ -18,7 +18,8 @@ esac
 log() { printf '[setup %4ds] %s\n' "$SECONDS" "$*" >&2; }
 
 # ---- 1. Debian packages -------------------------------------------------------------------------
-DEBIAN_PACKAGES=(cmake ninja-build ccache g++ pkg-config libgtest-dev nlohmann-json3-dev iwyu)
+# debootstrap: scripts/gcc13-check.sh takes GCC 13 from a Debian 13 root (CTest lint.gcc13_build).
+DEBIAN_PACKAGES=(cmake ninja-build ccache g++ pkg-config libgtest-dev nlohmann-json3-dev iwyu debootstrap)
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
