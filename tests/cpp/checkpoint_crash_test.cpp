@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -22,7 +23,11 @@ namespace torchbridge::checkpoint {
 namespace {
 
 TEST(CheckpointCrashSafety, SurvivesFiftyKillsAtRandomPoints) {
-  const std::string path = ::testing::TempDir() + "crash_" + std::to_string(::getpid()) + ".safetensors";
+  // A directory of its own: every killed writer leaves its temporary file behind (a SIGKILLed
+  // process cannot clean up), 50 of them at 4 MiB each, and the test removes them all at the end.
+  const std::filesystem::path directory = ::testing::TempDir() + "crash_safety_" + std::to_string(::getpid());
+  std::filesystem::create_directories(directory);
+  const std::string path = (directory / "checkpoint.safetensors").string();
   // The kill window spans several saves however fast this machine saves right now.
   const auto start = std::chrono::steady_clock::now();
   save(path, {{"x", at::full({1 << 20}, 0.0f)}}, {{"version", "0"}});
@@ -63,6 +68,7 @@ TEST(CheckpointCrashSafety, SurvivesFiftyKillsAtRandomPoints) {
   EXPECT_GT(last_version, 0) << "the writer never completed a save; the kills came too early to test anything";
   // Kills landing after different numbers of saves show they hit different phases of a save.
   EXPECT_GE(versions_seen.size(), 3u) << "the kills always landed at the same point";
+  std::filesystem::remove_all(directory);
 }
 
 }  // namespace
