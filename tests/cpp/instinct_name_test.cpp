@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>  // std::allocator, through the strings EXPECT_EQ builds (include-what-you-use)
+
 namespace torchbridge::adapters {
 namespace {
 
