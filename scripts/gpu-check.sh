@@ -157,13 +157,12 @@ fi
 # ---- 2. the GPU-only checks first (a lent machine's time is short) ------------------------------
 export PATH="$WORK/venv/bin:$PATH"
 CLI="$WORK/build/bin/torchbridge"
-# The H100 run of 2026-11-25 (torch 2.11.0+cu130, Python 3.12) saw every Python process that
-# reached the std::regex then in src/sdk/register_device.cpp die with SIGSEGV, while C++ processes
-# ran the same code. The regex is gone; this step checks the three Python paths that crashed (load
-# emu, a refused name, an unknown backend) and, when one still crashes, runs it again under a
-# debugger, so the log holds the native stack and the loaded libraries (what the CPU machine
-# cannot show: the crash did not reproduce there, not even in an Ubuntu 24.04 chroot with the same
-# Python, GCC and torch).
+# The H100 run of 2026-11-25 (torch 2.11.0+cu130, Python 3.12) saw Python processes die with
+# SIGSEGV when a C++ exception was thrown after either the std::regex then in the device-name check
+# had run or CUDA had been initialised, while C++ processes ran the same code (docs/device-sdk.md,
+# "The Python-only crash of the first H100 run"; it did not reproduce on the CPU machine). This step
+# runs one program per suspect and a control, and when one crashes, runs it again under a
+# debugger, so the log holds the native stack and the loaded libraries.
 python_probe() {  # python_probe PROGRAM: runs it; on a crash, the versions and the native stack
   "$WORK/venv/bin/python" -X faulthandler -c "$1"
   local code=$?
@@ -191,6 +190,19 @@ except ValueError as error:
   python_probe 'import torchbridge
 try:
     torchbridge.BackendFactory.create("warp")
+except ValueError as error:
+    print("refused:", error)' || failed=1
+  # An exception after CUDA's initialisation, with no device-name check on the way (the
+  # test_backends crash), and a control with neither before it (test_hardware_config passed).
+  python_probe 'import torch, torchbridge
+print("cuda initialised:", torch.cuda.is_available() and torch.zeros(1, device="cuda").is_cuda)
+try:
+    torchbridge.BackendFactory.create("cpu", device_index=5)
+except IndexError as error:
+    print("refused:", error)' || failed=1
+  python_probe 'import torchbridge
+try:
+    torchbridge.TorchBridgeConfig.from_dict({"levle": "O1"})
 except ValueError as error:
     print("refused:", error)' || failed=1
   return "$failed"

@@ -1,4 +1,5 @@
-// Parsed by hand: libtorchbridge does not use std::regex (docs/device-sdk.md, "std::regex").
+// Parsed by hand rather than with std::regex, like the device-name check (docs/device-sdk.md,
+// "The Python-only crash of the first H100 run").
 #include "backends/instinct_name.h"
 
 #include <cstddef>

@@ -58,10 +58,9 @@ const std::pair<const char*, size_t> kRequiredEntries[] = {
 #undef TB_ENTRY
 
 // A device name becomes a file name (libtorchbridge_device_NAME.so) and torch's PrivateUse1
-// backend name, so it must be a lower-case identifier: [a-z][a-z0-9_]*. Checked by hand rather
-// than with std::regex, which libtorchbridge does not use: on the H100 run of 2026-11-25 every
-// Python process that reached a std::regex here died with SIGSEGV, and every Python path that
-// avoided it worked (docs/device-sdk.md, "std::regex").
+// backend name, so it must be a lower-case identifier: [a-z][a-z0-9_]*. Checked by a loop, not a
+// std::regex: the regex that stood here ran before most of the Python-only crashes of the first
+// H100 run (docs/device-sdk.md, "The Python-only crash of the first H100 run").
 bool is_device_name(const std::string& name) {
   const auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
   const auto digit = [](char c) { return c >= '0' && c <= '9'; };
