@@ -2,25 +2,21 @@
 // "The Python-only crash of the first H100 run").
 #include "backends/instinct_name.h"
 
+#include <cctype>
 #include <cstddef>
 
 namespace torchbridge::adapters {
-namespace {
-
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; }
-
-}  // namespace
 
 int instinct_generation(std::string_view marketing_name) {
+  const auto byte = [&](std::size_t pos) { return static_cast<unsigned char>(marketing_name[pos]); };
   for (std::size_t at = marketing_name.find("MI"); at != std::string_view::npos;
        at = marketing_name.find("MI", at + 1)) {
     std::size_t pos = at + 2;
-    while (pos < marketing_name.size() && is_space(marketing_name[pos])) ++pos;
+    while (pos < marketing_name.size() && std::isspace(byte(pos))) ++pos;
     int generation = 0;
     int digits = 0;
-    for (; digits < 3 && pos < marketing_name.size() && is_digit(marketing_name[pos]); ++digits, ++pos) {
-      generation = generation * 10 + (marketing_name[pos] - '0');
+    for (; digits < 3 && pos < marketing_name.size() && std::isdigit(byte(pos)); ++digits, ++pos) {
+      generation = generation * 10 + (byte(pos) - '0');
     }
     if (digits >= 2) return generation;
   }

@@ -11,8 +11,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
