@@ -48,8 +48,8 @@ CUDA_TOOLKIT=""
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then CUDA_TOOLKIT="$(realpath /usr/local/cuda)"; fi
 mkdir -p "$BUILD" "$CACHE/ccache-gcc13"
 
-inside() {  # the commands run in the root, as one bash script (its arguments follow)
-  cat <<'EOF'
+# The commands run in the root, as one bash script; its arguments follow it.
+INSIDE="$(cat <<'EOF'
 set -euo pipefail
 root="$1" build="$2" torch="$3" cuda="$4"
 export CCACHE_DIR=/var/cache/ccache  # the project's CMake sets ccache's sloppiness and base directory
@@ -72,13 +72,13 @@ if [[ ! -f "$build/build.ninja" ]]; then
 fi
 cmake --build "$build" -j "${JOBS:-2}" -- -k 0
 EOF
-}
+)"
 
 log "building with $(chroot "$SYSROOT" g++-13 --version | head -1) in $BUILD"
 # A private mount namespace: every mount below ends with the command, whatever way it ends.
 unshare --mount --propagation private bash -c '
   set -euo pipefail
-  sysroot="$1" root="$2" build="$3" torch="$4" cuda="$5" ccache="$6"; shift 6
+  sysroot="$1" root="$2" build="$3" torch="$4" cuda="$5" ccache="$6" inside="$7"
   bind() { mkdir -p "$sysroot$2"; mount --bind "$1" "$sysroot$2"; [[ "${3:-}" == ro ]] && mount -o remount,bind,ro "$sysroot$2"; return 0; }
   mount -t proc proc "$sysroot/proc"
   bind /dev /dev
@@ -88,6 +88,6 @@ unshare --mount --propagation private bash -c '
   [[ -z "$cuda" ]] || bind "$cuda" "$cuda" ro
   bind "$ccache" /var/cache/ccache
   chroot "$sysroot" env JOBS="${JOBS:-2}" PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-    bash -c "$(cat)" inside "$root" "$build" "$torch" "$cuda"
-' gcc13 "$SYSROOT" "$ROOT" "$BUILD" "$TORCH_PACKAGE" "$CUDA_TOOLKIT" "$CACHE/ccache-gcc13" < <(inside)
+    bash -c "$inside" inside "$root" "$build" "$torch" "$cuda"
+' gcc13 "$SYSROOT" "$ROOT" "$BUILD" "$TORCH_PACKAGE" "$CUDA_TOOLKIT" "$CACHE/ccache-gcc13" "$INSIDE"
 log "GCC 13 built everything with warnings as errors"

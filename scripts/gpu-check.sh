@@ -179,32 +179,24 @@ python_probe() {  # python_probe PROGRAM: runs it; on a crash, the versions and 
   fi
   return "$code"
 }
+python_refuses() {  # python_refuses EXCEPTION STATEMENT [SETUP]: STATEMENT raises EXCEPTION, no crash
+  python_probe "import torch, torchbridge
+${3:-}
+try:
+    $2
+except $1 as error:
+    print('refused:', error)"
+}
 python_loads_emu() {
   local failed=0
   python_probe 'import torch, torchbridge; torchbridge.devices.load("emu"); print("emu sum", (torch.ones(3, device="emu") * 2).sum().item())' || failed=1
-  python_probe 'import torchbridge
-try:
-    torchbridge.devices.load("../emu")
-except ValueError as error:
-    print("refused:", error)' || failed=1
-  python_probe 'import torchbridge
-try:
-    torchbridge.BackendFactory.create("warp")
-except ValueError as error:
-    print("refused:", error)' || failed=1
+  python_refuses ValueError 'torchbridge.devices.load("../emu")' || failed=1
+  python_refuses ValueError 'torchbridge.BackendFactory.create("warp")' || failed=1
   # An exception after CUDA's initialisation, with no device-name check on the way (the
   # test_backends crash), and a control with neither before it (test_hardware_config passed).
-  python_probe 'import torch, torchbridge
-print("cuda initialised:", torch.cuda.is_available() and torch.zeros(1, device="cuda").is_cuda)
-try:
-    torchbridge.BackendFactory.create("cpu", device_index=5)
-except IndexError as error:
-    print("refused:", error)' || failed=1
-  python_probe 'import torchbridge
-try:
-    torchbridge.TorchBridgeConfig.from_dict({"levle": "O1"})
-except ValueError as error:
-    print("refused:", error)' || failed=1
+  python_refuses IndexError 'torchbridge.BackendFactory.create("cpu", device_index=5)' \
+    'print("cuda initialised:", torch.cuda.is_available() and torch.zeros(1, device="cuda").is_cuda)' || failed=1
+  python_refuses ValueError 'torchbridge.TorchBridgeConfig.from_dict({"levle": "O1"})' || failed=1
   return "$failed"
 }
 step python-loads-emu python_loads_emu
