@@ -46,22 +46,31 @@ mode_t mode_for(const std::string& target) {
 AtomicFile::AtomicFile(const std::string& target) : target_(target) {
   const auto slash = target.find_last_of('/');
   directory_ = slash == std::string::npos ? "." : target.substr(0, slash);
-  std::string pattern = target + ".tmp-XXXXXX";
-  fd_ = mkstemp(pattern.data());
-  TORCH_CHECK(fd_ >= 0, target, ": cannot create a temporary file next to it: ", std::strerror(errno));
-  path_ = pattern;
+  // An unnamed file first: if this process dies before commit (SIGKILL, power loss), the kernel
+  // frees it and no partial file is left beside the target. Filesystems without O_TMPFILE
+  // (NFS, some FUSE) get a named temporary, which only a clean exit or failure removes.
+  // Naming it at commit goes through /proc/self/fd, so without /proc the named temporary is used.
+  if (::access("/proc/self/fd", X_OK) == 0) fd_ = ::open(directory_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd_ < 0) {
+    std::string pattern = target + ".tmp-XXXXXX";
+    fd_ = mkstemp(pattern.data());
+    TORCH_CHECK(fd_ >= 0, target, ": cannot create a temporary file next to it: ", std::strerror(errno));
+    path_ = pattern;
+  }
   if (::fchmod(fd_, mode_for(target)) != 0) {
     const int error = errno;
     ::close(fd_);  // the destructor does not run for a constructor that throws
-    ::unlink(path_.c_str());
-    TORCH_CHECK(false, target, ": cannot set the permissions of ", path_, ": ", std::strerror(error));
+    if (!path_.empty()) ::unlink(path_.c_str());
+    TORCH_CHECK(false, target, ": cannot set the permissions of its temporary file: ", std::strerror(error));
   }
 }
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(path_.c_str());
+  if (!committed_ && !path_.empty()) ::unlink(path_.c_str());
 }
+
+bool AtomicFile::unnamed() const { return path_.empty(); }
 
 void AtomicFile::write(const void* data, size_t bytes) {
   const auto* p = static_cast<const char*>(data);
@@ -88,8 +97,25 @@ void AtomicFile::start_writeback(uint64_t written) {
   unflushed_ = 0;
 }
 
+// Gives the unnamed file a name beside the target, so that rename() can put it in place: link(2)
+// cannot replace an existing file. Only the microseconds between this and the rename can leave
+// a named temporary behind.
+void AtomicFile::name_unnamed_file() {
+  const std::string proc_path = "/proc/self/fd/" + std::to_string(fd_);
+  for (int attempt = 0;; ++attempt) {
+    const std::string candidate = target_ + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(attempt);
+    if (::linkat(AT_FDCWD, proc_path.c_str(), AT_FDCWD, candidate.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+      path_ = candidate;
+      return;
+    }
+    TORCH_CHECK(errno == EEXIST && attempt < 100, target_, ": cannot give the written file a name (", candidate,
+                "): ", std::strerror(errno));
+  }
+}
+
 void AtomicFile::commit() {
   TORCH_CHECK(::fsync(fd_) == 0, target_, ": fsync failed: ", std::strerror(errno));
+  if (unnamed()) name_unnamed_file();
   ::close(fd_);
   fd_ = -1;
   // The rename is the commit point: before it the target is the old file, after it the new one.
