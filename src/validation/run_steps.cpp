@@ -116,6 +116,9 @@ std::map<std::string, at::Tensor> checkpoint_round_trip(const NamedTensors& stat
   TemporaryFile file;
   checkpoint::save(file.path(), unique);
   const auto reader = checkpoint::SafetensorsFile::open(file.path());
+  // The reader maps the file, so its name can go now: a validator killed while loading (the long
+  // part, onto a device) leaves no model-sized file in /dev/shm, which is memory.
+  std::filesystem::remove(file.path());
   std::map<std::string, at::Tensor> loaded;
   for (const auto& [name, tensor] : unique) loaded[name] = reader.load(name, device);
   std::map<std::string, at::Tensor> out;
