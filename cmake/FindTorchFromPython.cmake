@@ -51,14 +51,15 @@ function(torchbridge_find_torch)
     if(_torch_query_lines GREATER 1)
       list(GET _torch_query 1 _torch_cuda_version)
       _torchbridge_locate_cuda_toolkit("${_torch_cuda_version}")
-      # Without an architecture list LibTorch's CMake package compiles and runs a program to ask
-      # the GPUs present for theirs, which needs a GPU and, under CMake < 3.26, fails on the C++20
-      # dialect it inherits. The list only feeds nvcc flags, and TorchBridge compiles no CUDA code.
-      if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
-        set(TORCH_CUDA_ARCH_LIST "9.0")
-      endif()
     endif()
     list(APPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
+  endif()
+  # Without an architecture list, a CUDA LibTorch's CMake package compiles and runs a program that
+  # asks the GPUs present for theirs: that needs a GPU and, under CMake < 3.26, fails on the C++20
+  # dialect it inherits. The list only feeds nvcc flags, and TorchBridge compiles no CUDA code.
+  # (Set on every configure: a reconfigure skips the query above, Torch_DIR being cached.)
+  if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    set(TORCH_CUDA_ARCH_LIST "9.0")
   endif()
   find_package(Torch REQUIRED)
   if(Torch_VERSION VERSION_LESS 2.11)
