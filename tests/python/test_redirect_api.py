@@ -119,6 +119,26 @@ def test_cuda_namespace_answers_with_the_targets_real_numbers():
             torch.cuda.nvtx.range_pop()
 
 
+def test_a_cpu_target_uses_no_accelerator_even_where_torch_was_built_for_cuda(monkeypatch):
+    # A CUDA build of torch names cuda as its accelerator with or without a GPU; stand in for one.
+    built_for_cuda = lambda check_available=False: torch.device("cuda")  # noqa: E731
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", built_for_cuda)
+    with redirect.redirected("cpu"):
+        assert torch.cuda.is_available()  # the program's view: its CUDA runs on the CPU
+        # torch's own view, which DataLoader consults before pinning through the accelerator:
+        assert torch.accelerator.current_accelerator() is None
+        assert not torch.accelerator.is_available()
+    assert torch.accelerator.current_accelerator is built_for_cuda
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_torch_compile_finds_no_cuda_graph_capture_on_the_target(target):
+    # Dynamo asks whenever torch.cuda.is_available(); torch's own answer needs a CUDA driver (and
+    # raises on a CPU build of torch).
+    with redirect.redirected(target):
+        assert torch.cuda.is_current_stream_capturing() is False
+
+
 def test_enabling_twice_and_bad_targets_are_errors():
     redirect.enable("cpu")
     with pytest.raises(RuntimeError, match="already enabled"):

@@ -157,6 +157,10 @@ def build(redirector):
         "stream": stream, "is_bf16_supported": is_bf16_supported, "is_initialized": lambda: True,
         "init": lambda: None,
     }
+    if device_type != "cuda":
+        # torch.compile asks this whenever torch.cuda.is_available() (answered True above); the real
+        # function needs a CUDA driver. The target captures no CUDA graphs.
+        cuda["is_current_stream_capturing"] = lambda: False
     return cuda, device_type
 
 

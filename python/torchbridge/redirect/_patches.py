@@ -87,6 +87,12 @@ def install(redirector, patcher):
             return self
 
         patcher.replace(torch.Tensor, "pin_memory", pin_memory)
+        # With the CPU as the target no accelerator is in use, whatever torch was built for. A CUDA
+        # build of torch would otherwise name cuda here, and torch.accelerator.is_available() asks
+        # torch.cuda.is_available(), which answers True for the program's sake: DataLoader would
+        # then pin memory through a CUDA that may have no driver.
+        patcher.replace(torch.accelerator, "current_accelerator", lambda check_available=False: None)
+        patcher.replace(torch.accelerator, "is_available", lambda: False)
 
     # -- moving tensors and modules ---------------------------------------------------------------
     tensor_to, module_to = torch.Tensor.to, torch.nn.Module.to
