@@ -18,6 +18,7 @@ Differences from torch:
   backward; tensors the function captures from outside are used as they are then.
 """
 
+import functools
 import warnings
 
 import torch
@@ -36,7 +37,10 @@ def _tensors_in(values):
     return [value for value in values if isinstance(value, torch.Tensor)]
 
 
-def _check_options(use_reentrant, context_fn, determinism_check, debug):
+def _check_options(use_reentrant, context_fn, determinism_check, debug, respect_saved_tensors_hooks):
+    if respect_saved_tensors_hooks is not None and not isinstance(respect_saved_tensors_hooks, bool):
+        raise TypeError(f"torchbridge.memory.checkpoint: respect_saved_tensors_hooks must be None, True or False, "
+                        f"got {respect_saved_tensors_hooks!r}")
     if use_reentrant:
         raise ValueError(
             "torchbridge.memory.checkpoint implements use_reentrant=False only (it works when no input "
@@ -52,14 +56,30 @@ def _check_options(use_reentrant, context_fn, determinism_check, debug):
         raise NotImplementedError("torchbridge.memory.checkpoint: debug=True is not supported")
 
 
-def checkpoint(function, *args, use_reentrant=None, context_fn=noop_context_fn, determinism_check="default",
-               debug=False, early_stop=True, **kwargs):
+def checkpoint(function=None, *args, use_reentrant=None, preserve_rng_state=True, context_fn=noop_context_fn,
+               determinism_check="default", debug=False, early_stop=True, respect_saved_tensors_hooks=None,
+               **kwargs):
     """``function(*args, **kwargs)`` with its activations recomputed during backward instead of kept.
 
-    ``preserve_rng_state`` (default True) may be passed as a keyword, as with torch.
+    The signature is torch 2.14's, which takes every call torch 2.11-2.13 accept: called without
+    ``function`` (and without arguments), it returns a decorator that checkpoints every call of the
+    function it wraps with these options. ``respect_saved_tensors_hooks`` concerns tensors that
+    selective checkpointing saves; this implementation saves none (``context_fn`` is refused), so,
+    as in torch without it, the value changes nothing; it must be None or a bool.
     """
-    preserve_rng_state = kwargs.pop("preserve_rng_state", True)
-    _check_options(use_reentrant, context_fn, determinism_check, debug)
+    if function is None and not args:
+        if kwargs:
+            raise ValueError(f"torchbridge.memory.checkpoint: keyword arguments {sorted(kwargs)} given without a "
+                             f"function; the decorator form takes only checkpoint's own options")
+        options = dict(use_reentrant=use_reentrant, preserve_rng_state=preserve_rng_state, context_fn=context_fn,
+                       determinism_check=determinism_check, debug=debug, early_stop=early_stop,
+                       respect_saved_tensors_hooks=respect_saved_tensors_hooks)
+        _check_options(use_reentrant, context_fn, determinism_check, debug, respect_saved_tensors_hooks)
+        return lambda wrapped: functools.wraps(wrapped)(
+            lambda *call_args, **call_kwargs: checkpoint(wrapped, *call_args, **options, **call_kwargs))
+    if not callable(function):
+        raise TypeError(f"torchbridge.memory.checkpoint: function must be callable, got {type(function).__name__}")
+    _check_options(use_reentrant, context_fn, determinism_check, debug, respect_saved_tensors_hooks)
     if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
         return function(*args, **kwargs)
 

@@ -50,12 +50,20 @@ def run(model, x, wrap):
     return out.detach().cpu(), gradients(model, x)
 
 
-def test_the_signatures_are_torchs():
+# Ours is torch 2.14's signature; these are what it added to 2.11-2.13's (where preserve_rng_state
+# came through **kwargs).
+_ADDED_IN_TORCH_2_14 = {"preserve_rng_state", "respect_saved_tensors_hooks"}
+
+
+def test_the_signatures_take_every_call_torchs_takes():
     ours, theirs = inspect.signature(checkpoint), inspect.signature(torch_checkpoint.checkpoint)
-    assert list(ours.parameters) == list(theirs.parameters)
     for name, parameter in theirs.parameters.items():
         assert ours.parameters[name].kind == parameter.kind, name
-        assert ours.parameters[name].default == parameter.default, name
+        if parameter.default is not inspect.Parameter.empty:  # 2.14 made `function` optional
+            assert ours.parameters[name].default == parameter.default, name
+    assert set(ours.parameters) - set(theirs.parameters) <= _ADDED_IN_TORCH_2_14
+    positional = [name for name, p in ours.parameters.items() if p.kind != inspect.Parameter.KEYWORD_ONLY]
+    assert positional == [name for name, p in theirs.parameters.items() if p.kind != inspect.Parameter.KEYWORD_ONLY]
     assert list(inspect.signature(checkpoint_sequential).parameters) == \
         list(inspect.signature(torch_checkpoint.checkpoint_sequential).parameters)
 
@@ -138,6 +146,17 @@ def test_checkpoint_sequential_equals_torchs(device):
     assert_identical(theirs[1], ours[1])
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_decorator_form_equals_the_direct_call(device):
+    # torch 2.14's form: checkpoint(**options) returns a decorator; each call is one region.
+    model = make_model(device)
+    x = torch.randn(4, 16, device=device, requires_grad=True)
+    direct = run(model, x, lambda m, v: checkpoint(m, v, use_reentrant=False))
+    decorated = run(model, x, lambda m, v: checkpoint(use_reentrant=False, preserve_rng_state=True)(m)(v))
+    assert torch.equal(direct[0], decorated[0])
+    assert_identical(direct[1], decorated[1])
+
+
 def test_unsupported_options_and_bad_input_are_clear_errors():
     model = make_model("cpu")
     x = torch.randn(2, 16)
@@ -149,6 +168,14 @@ def test_unsupported_options_and_bad_input_are_clear_errors():
         checkpoint(model, x, determinism_check="strict")
     with pytest.raises(ValueError, match=r"segments must be an int between 1 and the number of functions \(8\), got 9"):
         checkpoint_sequential(model, 9, x)
+    with pytest.raises(TypeError, match="respect_saved_tensors_hooks must be None, True or False, got 'yes'"):
+        checkpoint(model, x, respect_saved_tensors_hooks="yes")
+    with pytest.raises(ValueError, match=r"keyword arguments \['scale'\] given without a function"):
+        checkpoint(scale=2)
+    with pytest.raises(ValueError, match="use_reentrant=False only"):
+        checkpoint(use_reentrant=True)  # the decorator form checks its options when made
+    with pytest.raises(TypeError, match="function must be callable, got Tensor"):
+        checkpoint(x, x)
 
 
 def test_a_region_nothing_in_it_trains_runs_with_a_warning_as_torchs_would_without():
