@@ -60,6 +60,7 @@ function(torchbridge_find_torch)
   # (Set on every configure: a reconfigure skips the query above, Torch_DIR being cached.)
   if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
     set(TORCH_CUDA_ARCH_LIST "9.0")
+    set(TORCH_CUDA_ARCH_LIST "9.0" PARENT_SCOPE)  # for the installed TorchBridgeConfig.cmake
   endif()
   find_package(Torch REQUIRED)
   if(Torch_VERSION VERSION_LESS 2.11)
