@@ -67,6 +67,7 @@ def checkpoint(function=None, *args, use_reentrant=None, preserve_rng_state=True
     selective checkpointing saves; this implementation saves none (``context_fn`` is refused), so,
     as in torch without it, the value changes nothing; it must be None or a bool.
     """
+    _check_options(use_reentrant, context_fn, determinism_check, debug, respect_saved_tensors_hooks)
     if function is None and not args:
         if kwargs:
             raise ValueError(f"torchbridge.memory.checkpoint: keyword arguments {sorted(kwargs)} given without a "
@@ -74,12 +75,10 @@ def checkpoint(function=None, *args, use_reentrant=None, preserve_rng_state=True
         options = dict(use_reentrant=use_reentrant, preserve_rng_state=preserve_rng_state, context_fn=context_fn,
                        determinism_check=determinism_check, debug=debug, early_stop=early_stop,
                        respect_saved_tensors_hooks=respect_saved_tensors_hooks)
-        _check_options(use_reentrant, context_fn, determinism_check, debug, respect_saved_tensors_hooks)
         return lambda wrapped: functools.wraps(wrapped)(
             lambda *call_args, **call_kwargs: checkpoint(wrapped, *call_args, **options, **call_kwargs))
     if not callable(function):
         raise TypeError(f"torchbridge.memory.checkpoint: function must be callable, got {type(function).__name__}")
-    _check_options(use_reentrant, context_fn, determinism_check, debug, respect_saved_tensors_hooks)
     if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
         return function(*args, **kwargs)
 

@@ -5,7 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
+#include "unnamed_files.h"
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -27,12 +28,7 @@ class AtomicFileTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(directory_); }
 
   // The OS is the reference: can an unnamed file be made in this directory at all?
-  bool filesystem_has_o_tmpfile() const {
-    const int fd = ::open(directory_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) return false;
-    ::close(fd);
-    return ::access("/proc/self/fd", X_OK) == 0;
-  }
+  bool filesystem_has_o_tmpfile() const { return test_support::unnamed_files_work_in(directory_); }
 
   std::set<std::string> entries() const {
     std::set<std::string> names;
