@@ -12,9 +12,16 @@ from ._host import HostEvent, HostStream
 from ._proxy import proxy_class
 
 
+# torch.cuda's memory functions are defined in torch.cuda.memory and call each other there
+# (memory_summary reads memory_stats): they are replaced in both namespaces.
+MEMORY_FUNCTIONS = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                    "memory_stats", "reset_peak_memory_stats", "empty_cache", "mem_get_info", "memory_summary")
+
+
 def build(redirector):
-    """A {name: replacement} map for torch.cuda, and one for torch.cuda.amp / torch.cuda.nvtx."""
+    """A {name: replacement} map for torch.cuda, and the device type of the target."""
     target = BackendFactory.create(redirector.target)
+    original_memory_summary = torch.cuda.memory.memory_summary
     device_type = target.device.type
     on_cpu = device_type == "cpu"
     device_module = None if on_cpu else getattr(torch, device_type)
@@ -37,13 +44,29 @@ def build(redirector):
         if not on_cpu:
             device_module.set_device(index_of(device))
 
-    @contextlib.contextmanager
-    def device(device):
-        if on_cpu or device is None:
-            yield
-            return
-        with device_module.device(index_of(device)):
-            yield
+    class device:
+        """torch.cuda.device for the target. A class, as torch's: its own code (the memory
+        functions, DataParallel) asks isinstance(x, torch.cuda.device) and reads x.idx."""
+
+        def __init__(self, device):
+            # A negative index means "leave the current device alone", as in torch.
+            self.idx = -1 if isinstance(device, int) and device < 0 else index_of(device)
+            self._scope = None
+
+        def __enter__(self):
+            self._scope = contextlib.nullcontext() if self.idx < 0 or on_cpu else device_module.device(self.idx)
+            self._scope.__enter__()
+            return self
+
+        def __exit__(self, *exc_info):
+            return self._scope.__exit__(*exc_info)
+
+    class device_of(device):
+        """The device of a tensor on the target; a no-op for any other tensor, as torch's is for
+        tensors that are not CUDA's."""
+
+        def __init__(self, obj):
+            super().__init__(obj.get_device() if obj.device.type == device_type else -1)
 
     def get_device_name(device=None):
         return target.get_device_info(index_of(device)).name
@@ -97,6 +120,17 @@ def build(redirector):
         s = stats(device)
         return s["free_bytes"], s["total_bytes"]
 
+    def memory_summary(device=None, abbreviated=False):
+        index = index_of(device)
+        if "allocated_bytes.all.allocated" in memory_stats(index):
+            # A caching allocator with torch's statistics (an SDK device's): torch's own table,
+            # which reads them through torch.cuda.memory.memory_stats, replaced by the target's.
+            return original_memory_summary(index, abbreviated)
+        s = stats(index)  # the CPU: no caching allocator, so no table of pools and segments
+        return (f"TorchBridge memory summary, target '{redirector.target}' device {index}: "
+                f"{s['allocated_bytes']} bytes in use (process resident set), peak {s['peak_allocated_bytes']}; "
+                f"{s['free_bytes']} of {s['total_bytes']} bytes free")
+
     # -- random numbers -----------------------------------------------------------------------------
     def manual_seed(seed):
         (torch.default_generator if on_cpu else device_module).manual_seed(seed)
@@ -140,6 +174,17 @@ def build(redirector):
     def is_bf16_supported(including_emulation=True):
         return target.supports_bf16()
 
+    def graphs_unavailable(*args, **kwargs):
+        raise RuntimeError(f"CUDA graphs cannot run under redirection to '{redirector.target}': a graph replays "
+                           "recorded CUDA kernels, and the target runs none; run the captured code directly")
+
+    # Classes, not functions: code names them in annotations (torch.cuda.CUDAGraph | None).
+    class CUDAGraph:
+        __init__ = graphs_unavailable
+
+    class graph:
+        __init__ = graphs_unavailable
+
     stream_type, event_type = (HostStream, HostEvent) if on_cpu else (torch.Stream, torch.Event)
     cuda = {
         "is_available": lambda: True, "device_count": device_count, "current_device": current_device,
@@ -155,8 +200,11 @@ def build(redirector):
         "Event": proxy_class(event_type, make_event, "Event"),
         "current_stream": current_stream, "default_stream": default_stream,
         "stream": stream, "is_bf16_supported": is_bf16_supported, "is_initialized": lambda: True,
-        "init": lambda: None,
+        "init": lambda: None, "device_of": device_of, "memory_summary": memory_summary,
     }
+    if device_type != "cuda":
+        cuda.update({"CUDAGraph": CUDAGraph, "graph": graph,
+                     "make_graphed_callables": graphs_unavailable})
     if device_type != "cuda":
         # torch.compile asks this whenever torch.cuda.is_available() (answered True above); the real
         # function needs a CUDA driver. The target captures no CUDA graphs.

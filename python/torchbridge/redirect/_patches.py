@@ -6,8 +6,9 @@ import functools
 
 import torch
 import torch.nn
+import torch.utils._device
 
-from . import _cuda
+from . import _cuda, _distributed, _legacy_types, _parallel
 from ._proxy import proxy_class
 from ._redirector import logger
 
@@ -75,6 +76,11 @@ def install(redirector, patcher):
     patcher.replace(torch, "Generator", proxy_class(original_generator, make_generator))
 
     # -- factories --------------------------------------------------------------------------------
+    # torch.set_default_device / `with torch.device(...)` fill in device= for the factories in a
+    # set that torch computes once (lru_cache) and compares with the function being called. Were
+    # it first computed after the wrappers below replace torch.zeros & co., it would hold the
+    # wrappers, torch would call the originals, and every tensor would land on the CPU silently.
+    torch.utils._device._device_constructors()
     host_only = redirector.target == "cpu"
     for name in FACTORIES:
         if hasattr(torch, name):
@@ -197,5 +203,13 @@ def install(redirector, patcher):
     # -- the torch.cuda namespace -----------------------------------------------------------------------
     for name, replacement in cuda_namespace.items():
         patcher.replace(torch.cuda, name, replacement)
+        if name in _cuda.MEMORY_FUNCTIONS:
+            patcher.replace(torch.cuda.memory, name, replacement)
     for name, replacement in _cuda.nvtx_replacements().items():
         patcher.replace(torch.cuda.nvtx, name, replacement)
+
+    # -- what torch builds without CUDA lack: DataParallel's collectives, the legacy typed tensors ----
+    if target_type != "cuda":
+        _parallel.install(patcher, redirector, target_type)
+        _legacy_types.install(patcher, original_device(target_type))
+        _distributed.install(patcher, redirector, target_type)

@@ -1,0 +1,54 @@
+"""torch.distributed.init_process_group("nccl") under redirection to a target other than CUDA.
+NCCL reduces CUDA tensors only. With the CPU as the target, every tensor the program hands to a
+collective is a CPU tensor, so Gloo (every build of torch has it) takes NCCL's place, logged once.
+An SDK device's tensors have no collective backend in torch.distributed (Gloo takes CPU tensors
+only), so that is an error naming the way out rather than a failure at the first collective."""
+
+import functools
+
+import torch
+
+from ._redirector import logger
+
+
+def _backends_by_device(backend) -> "dict[str, str] | None":
+    """"nccl" -> {"cuda": "nccl"}; "cpu:gloo,cuda:nccl" -> {"cpu": "gloo", "cuda": "nccl"}; None for
+    anything else (torch judges it)."""
+    if not isinstance(backend, str):
+        return None
+    if ":" not in backend:
+        return {"cuda": "nccl"} if backend.strip().lower() == "nccl" else None
+    pairs = [part.strip().lower().split(":", 1) for part in backend.split(",")]
+    return dict(pairs) if all(len(pair) == 2 for pair in pairs) else None
+
+
+def install(patcher, redirector, device_type):
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    original = dist.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(backend=None, *args, **kwargs):
+        mapping = _backends_by_device(backend)
+        if mapping is None or "nccl" not in mapping.values():
+            return original(backend, *args, **kwargs)
+        if device_type != "cpu":
+            raise RuntimeError(
+                f"init_process_group(backend={backend!r}) under redirection to '{redirector.target}': NCCL reduces "
+                f"CUDA tensors, and torch.distributed has no collective backend for '{device_type}' tensors (Gloo "
+                "takes CPU tensors). For data-parallel training on an SDK device use "
+                "torchbridge.distributed.DataParallel; or run this program with TORCHBRIDGE_BACKEND=cpu (Gloo)")
+        mapping.pop("cuda", None)
+        mapping.setdefault("cpu", "gloo")
+        replacement = ",".join(f"{device}:{name}" for device, name in mapping.items()) if len(mapping) > 1 \
+            else mapping["cpu"]
+        logger.info("init_process_group: backend %r -> %r (the target is the CPU, whose tensors Gloo reduces)",
+                    backend, replacement)
+        if isinstance(kwargs.get("device_id"), torch.device) and kwargs["device_id"].type == "cpu":
+            # device_id binds a process to its GPU for NCCL's eager set-up; the CPU has none to bind.
+            kwargs.pop("device_id")
+        return original(replacement, *args, **kwargs)
+
+    patcher.replace(dist, "init_process_group", init_process_group)

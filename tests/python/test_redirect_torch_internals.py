@@ -1,0 +1,173 @@
+"""Redirection where torch's own code meets it: the default-device context, torch.cuda's classes
+and memory module, DataParallel's collectives, the legacy typed tensors, CUDA graphs and
+init_process_group("nccl"). Each was found running real CUDA programs (Hugging Face's Trainer,
+DataParallel, old GAN tutorials) under `torchbridge run` on emu; the expected values come from the
+CPU or from torch's documented semantics."""
+
+import importlib
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.parallel.comm as comm
+
+import torchbridge  # noqa: F401  (registers emu's loader)
+from torchbridge import redirect
+from torchbridge.redirect._distributed import _backends_by_device
+
+DATA_PARALLEL_MODULE = importlib.import_module("torch.nn.parallel.data_parallel")
+PATCHED = [(torch.cuda, "device"), (torch.cuda, "device_of"), (torch.cuda, "memory_summary"),
+           (torch.cuda.memory, "memory_stats"), (torch.cuda, "CUDAGraph"), (torch.cuda, "FloatTensor"),
+           (torch.Tensor, "type"), (comm, "scatter"), (comm, "broadcast_coalesced"),
+           (DATA_PARALLEL_MODULE, "_check_balance"), (dist, "init_process_group")]
+
+
+@pytest.fixture(autouse=True)
+def always_disable():
+    yield
+    redirect.disable()
+
+
+def test_disable_restores_what_these_patches_replace():
+    before = {(id(owner), name): getattr(owner, name) for owner, name in PATCHED}
+    redirect.enable("emu")
+    assert all(getattr(owner, name) is not before[(id(owner), name)] for owner, name in PATCHED)
+    redirect.disable()
+    for owner, name in PATCHED:
+        assert getattr(owner, name) is before[(id(owner), name)], name
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_the_default_device_context_reaches_the_target(target):
+    # torch caches its set of factory functions on first use: were that first use under
+    # redirection, it would hold redirection's wrappers and every tensor would land on the CPU.
+    torch.utils._device._device_constructors.cache_clear()
+    with redirect.redirected(target):
+        with torch.device("cuda"):
+            inside = torch.zeros(2)
+            layer = torch.nn.Linear(2, 2)
+        torch.set_default_device("cuda")
+        try:
+            by_default = torch.ones(3)
+        finally:
+            torch.set_default_device(None)
+    assert inside.device.type == by_default.device.type == layer.weight.device.type == target
+
+
+def test_torch_cuda_device_is_a_class_that_scopes_the_current_device():
+    with redirect.redirected("emu"):
+        scope = torch.cuda.device(1)
+        assert isinstance(scope, torch.cuda.device) and scope.idx == 1
+        with scope:
+            assert torch.cuda.current_device() == 1
+            assert torch.zeros(1, device="cuda").device == torch.device("emu:1")
+        assert torch.cuda.current_device() == 0
+        with torch.cuda.device(-1):  # a negative index leaves the current device alone, as in torch
+            assert torch.cuda.current_device() == 0
+        on_one = torch.ones(1, device="cuda:1")
+        with torch.cuda.device_of(on_one):
+            assert torch.cuda.current_device() == 1
+        with torch.cuda.device_of(torch.ones(1)):  # a CPU tensor: no change
+            assert torch.cuda.current_device() == 0
+
+
+def test_memory_module_and_summary_answer_for_the_target():
+    with redirect.redirected("emu"):
+        block = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+        assert torch.cuda.memory.memory_allocated() == torch.cuda.memory_allocated() >= 1 << 20
+        assert torch.cuda.memory.memory_stats()["allocated_bytes.all.current"] >= 1 << 20
+        summary = torch.cuda.memory_summary()
+        assert "memory summary, device ID 0" in summary and "Allocated memory" in summary
+        del block
+    with redirect.redirected("cpu"):
+        summary = torch.cuda.memory_summary()
+        assert "target 'cpu'" in summary and "bytes in use" in summary
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_legacy_typed_tensors_are_built_on_the_target(target):
+    with redirect.redirected(target):
+        sized = torch.cuda.FloatTensor(2, 3)
+        data = torch.cuda.LongTensor([1, 2, 3])
+        assert sized.shape == (2, 3) and sized.dtype == torch.float32 and sized.device.type == target
+        assert data.tolist() == [1, 2, 3] and data.dtype == torch.int64 and data.device.type == target
+        assert isinstance(sized, torch.cuda.FloatTensor) and not isinstance(data, torch.cuda.FloatTensor)
+        half = torch.ones(2).type(torch.cuda.HalfTensor)
+        assert half.dtype == torch.float16 and half.device.type == target
+        by_name = torch.ones(2).type("torch.cuda.DoubleTensor")
+        assert by_name.dtype == torch.float64 and by_name.device.type == target
+        assert torch.ones(2, dtype=torch.int32).type() == "torch.IntTensor"  # other uses unchanged
+        assert torch.ones(2).type(torch.float64).dtype == torch.float64
+
+
+def test_cuda_graphs_are_refused_with_the_reason_and_still_name_types():
+    with redirect.redirected("emu"):
+        annotation = torch.cuda.CUDAGraph | None  # library code writes this at import time
+        assert annotation is not None
+        with pytest.raises(RuntimeError, match="CUDA graphs cannot run under redirection to 'emu'"):
+            torch.cuda.CUDAGraph()
+        with pytest.raises(RuntimeError, match="CUDA graphs"):
+            torch.cuda.make_graphed_callables(torch.nn.Linear(2, 2), (torch.ones(1, 2),))
+
+
+def test_dataparallel_collectives_copy_between_the_targets_devices():
+    with redirect.redirected("emu"):
+        source = torch.arange(10.0, device="emu:0").reshape(5, 2)
+        parts = comm.scatter(source, [0, 1], chunk_sizes=[3, 2])
+        assert [p.device for p in parts] == [torch.device("emu:0"), torch.device("emu:1")]
+        assert torch.equal(parts[1].cpu(), source.cpu()[3:])
+        assert torch.equal(comm.gather(parts, 0, 1).cpu(), source.cpu())
+        assert comm.gather(parts, 0, -1).device.type == "cpu"  # -1: the CPU, as in CUDA's kernel
+        copies = comm.broadcast_coalesced([source, source[0]], [0, 1])
+        assert [[t.device.index for t in per_device] for per_device in copies] == [[0, 0], [1, 1]]
+        total = comm.reduce_add_coalesced([[source], [source.to("emu:1")]], 0)
+        assert torch.equal(total[0].cpu(), 2 * source.cpu())
+        into = [torch.empty(3, 2, device="emu:1"), torch.empty(2, 2, device="emu:0")]
+        comm.scatter(source, out=into)
+        assert torch.equal(into[0].cpu(), source.cpu()[:3])
+        with pytest.raises(RuntimeError, match="exactly one of 'devices' and 'out'"):
+            comm.broadcast(source)
+        with pytest.raises(ValueError, match=r"shapes differ: \(5, 2\) and \(2,\)"):
+            comm.reduce_add([source, source[0]])
+
+
+def test_dataparallel_over_two_devices_trains_as_one_device_does():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    reference = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    reference.load_state_dict(model.state_dict())
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    with redirect.redirected("emu"):
+        parallel = torch.nn.DataParallel(model).cuda()
+        assert parallel.device_ids == [0, 1]
+        loss = torch.nn.functional.mse_loss(parallel(x.cuda()), y.cuda())
+        loss.backward()
+    torch.nn.functional.mse_loss(reference(x), y).backward()
+    for replicated, alone in zip(model.parameters(), reference.parameters()):
+        assert replicated.grad.device == torch.device("emu:0")
+        torch.testing.assert_close(replicated.grad.cpu(), alone.grad, rtol=1e-6, atol=1e-7)
+
+
+def test_nccl_backends_map_to_gloo_for_the_cpu_only():
+    assert _backends_by_device("nccl") == {"cuda": "nccl"}
+    assert _backends_by_device("cpu:gloo,cuda:nccl") == {"cpu": "gloo", "cuda": "nccl"}
+    assert _backends_by_device("gloo") is None and _backends_by_device(None) is None
+    assert _backends_by_device("cpu:gloo,cuda") is None  # malformed: torch's own error
+
+
+def test_init_process_group_nccl_runs_on_gloo_when_the_target_is_the_cpu(tmp_path):
+    with redirect.redirected("cpu"):
+        dist.init_process_group("nccl", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+        try:
+            assert dist.get_backend() == "gloo"
+            total = torch.ones(3, device="cuda")
+            dist.all_reduce(total)
+            assert total.tolist() == [1.0, 1.0, 1.0]
+        finally:
+            dist.destroy_process_group()
+
+
+def test_init_process_group_nccl_on_an_sdk_device_names_the_way_out(tmp_path):
+    with redirect.redirected("emu"), pytest.raises(RuntimeError, match="torchbridge.distributed.DataParallel"):
+        dist.init_process_group("nccl", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    assert not dist.is_initialized()
