@@ -104,9 +104,9 @@ def test_cuda_graphs_are_refused_with_the_reason_and_still_name_types():
     with redirect.redirected("emu"):
         annotation = torch.cuda.CUDAGraph | None  # library code writes this at import time
         assert annotation is not None
-        with pytest.raises(RuntimeError, match="CUDA graphs cannot run under redirection to 'emu'"):
+        with pytest.raises(RuntimeError, match="CUDAGraph cannot run under redirection to 'emu': a CUDA graph"):
             torch.cuda.CUDAGraph()
-        with pytest.raises(RuntimeError, match="CUDA graphs"):
+        with pytest.raises(RuntimeError, match="CUDA graph replays recorded CUDA kernels"):
             torch.cuda.make_graphed_callables(torch.nn.Linear(2, 2), (torch.ones(1, 2),))
 
 
@@ -171,3 +171,80 @@ def test_init_process_group_nccl_on_an_sdk_device_names_the_way_out(tmp_path):
     with redirect.redirected("emu"), pytest.raises(RuntimeError, match="torchbridge.distributed.DataParallel"):
         dist.init_process_group("nccl", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     assert not dist.is_initialized()
+
+
+def _public_functions_of_torch_cuda():
+    for name in sorted(dir(torch.cuda)):
+        value = getattr(torch.cuda, name)
+        if name.startswith("_") or isinstance(value, type) or not callable(value):
+            continue
+        if not (getattr(value, "__module__", "") or "").startswith(("torch", "torchbridge")):
+            continue  # typing helpers and the like, imported into the namespace
+        yield name, value
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_every_torch_cuda_function_works_or_says_why_not(target):
+    # Called with no arguments where none are required: an answer, or a RuntimeError naming the
+    # function and the target. Never torch's AttributeError on a missing torch._C._cuda_* binding,
+    # "nvidia-ml-py is not installed", or "Torch not compiled with CUDA enabled".
+    import inspect
+
+    obscure = {}
+    with redirect.redirected(target):
+        torch.ones(1, device="cuda")
+        for name, function in _public_functions_of_torch_cuda():
+            try:
+                required = [p for p in inspect.signature(function).parameters.values()
+                            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            except (TypeError, ValueError):
+                continue
+            if required:
+                continue
+            try:
+                function()
+            except RuntimeError as error:
+                if f"torch.cuda.{name}" not in str(error) or f"'{target}'" not in str(error):
+                    obscure[name] = f"RuntimeError: {error}"
+            except Exception as error:  # noqa: BLE001 (the point is to catch any other kind)
+                obscure[name] = f"{type(error).__name__}: {error}"
+    assert not obscure, obscure
+
+
+def test_random_state_of_every_device_and_seeding():
+    with redirect.redirected("emu"):
+        states = torch.cuda.get_rng_state_all()
+        assert len(states) == 2
+        torch.cuda.manual_seed_all(7)
+        assert torch.cuda.initial_seed() == 7
+        first = torch.randn(3, device="cuda:1").cpu()
+        torch.cuda.set_rng_state_all(states)
+        torch.cuda.manual_seed_all(7)
+        assert torch.equal(torch.randn(3, device="cuda:1").cpu(), first)
+        torch.cuda.seed_all()
+        assert torch.cuda.initial_seed() != 7 or torch.cuda.get_rng_state_all()[1].ne(states[1]).any()
+    with redirect.redirected("cpu"):
+        assert len(torch.cuda.get_rng_state_all()) == 1
+        with pytest.raises(ValueError, match="one generator, got 2 states"):
+            torch.cuda.set_rng_state_all([torch.get_rng_state()] * 2)
+
+
+def test_streams_default_and_set():
+    with redirect.redirected("emu"):
+        default = torch.cuda.default_stream(1)
+        assert (default.device_index, default.stream_id) == (1, 0)
+        side = torch.cuda.Stream()
+        torch.cuda.set_stream(side)
+        try:
+            assert torch.cuda.current_stream() == side
+        finally:
+            torch.cuda.set_stream(torch.cuda.default_stream())
+        assert torch.cuda.current_stream() == torch.cuda.default_stream()
+
+
+def test_nested_memory_statistics_follow_the_flat_ones():
+    with redirect.redirected("emu"):
+        block = torch.empty(4096, device="cuda")
+        flat, nested = torch.cuda.memory_stats(), torch.cuda.memory_stats_as_nested_dict()
+        assert nested["allocated_bytes"]["all"]["current"] == flat["allocated_bytes.all.current"] > 0
+        del block

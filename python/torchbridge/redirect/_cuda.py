@@ -8,6 +8,7 @@ import torch
 
 from ..backends import BackendFactory
 from ..backends.device_info import cuda_capability
+from . import _cuda_unavailable
 from ._host import HostEvent, HostStream
 from ._proxy import proxy_class
 
@@ -15,7 +16,12 @@ from ._proxy import proxy_class
 # torch.cuda's memory functions are defined in torch.cuda.memory and call each other there
 # (memory_summary reads memory_stats): they are replaced in both namespaces.
 MEMORY_FUNCTIONS = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-                    "memory_stats", "reset_peak_memory_stats", "empty_cache", "mem_get_info", "memory_summary")
+                    "memory_stats", "reset_peak_memory_stats", "empty_cache", "mem_get_info", "memory_summary",
+                    "memory_stats_as_nested_dict", "reset_accumulated_memory_stats", "caching_allocator_enable",
+                    "caching_allocator_disabled", "host_memory_stats", "memory_snapshot")
+# Likewise torch.cuda.random's, which read device_count and is_initialized there.
+RANDOM_FUNCTIONS = ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "manual_seed",
+                    "manual_seed_all", "seed", "seed_all", "initial_seed")
 
 
 def build(redirector):
@@ -120,6 +126,21 @@ def build(redirector):
         s = stats(device)
         return s["free_bytes"], s["total_bytes"]
 
+    def memory_stats_as_nested_dict(device=None):
+        nested = {}
+        for key, value in memory_stats(device).items():
+            *path, leaf = key.split(".")
+            node = nested
+            for part in path:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        return nested
+
+    def reset_accumulated_memory_stats(device=None):
+        # The CPU target reports current and peak figures only: it accumulates nothing to reset.
+        if not on_cpu:
+            torch.accelerator.reset_accumulated_memory_stats(index_of(device))
+
     def memory_summary(device=None, abbreviated=False):
         index = index_of(device)
         if "allocated_bytes.all.allocated" in memory_stats(index):
@@ -161,7 +182,10 @@ def build(redirector):
     def default_stream(device=None):
         if on_cpu:
             return HostStream()
-        return torch.Stream(stream_id=0, device_index=index_of(device), device_type=torch.device(device_type).type)
+        index = index_of(device)
+        # torch.Stream takes the device type as c10's number, which a stream of the target knows.
+        return torch.Stream(stream_id=0, device_index=index,
+                            device_type=torch.accelerator.current_stream(index).device_type)
 
     @contextlib.contextmanager
     def stream(s):
@@ -174,16 +198,30 @@ def build(redirector):
     def is_bf16_supported(including_emulation=True):
         return target.supports_bf16()
 
-    def graphs_unavailable(*args, **kwargs):
-        raise RuntimeError(f"CUDA graphs cannot run under redirection to '{redirector.target}': a graph replays "
-                           "recorded CUDA kernels, and the target runs none; run the captured code directly")
+    # -- random numbers on every device, and the rest of torch.cuda.random --------------------------------
+    def get_rng_state_all():
+        return [torch.get_rng_state()] if on_cpu else device_module.get_rng_state_all()
 
-    # Classes, not functions: code names them in annotations (torch.cuda.CUDAGraph | None).
-    class CUDAGraph:
-        __init__ = graphs_unavailable
+    def set_rng_state_all(new_states):
+        if not on_cpu:
+            return device_module.set_rng_state_all(new_states)
+        states = list(new_states)
+        if len(states) != 1:
+            raise ValueError(f"set_rng_state_all: the target 'cpu' has one generator, got {len(states)} states")
+        torch.set_rng_state(states[0])
 
-    class graph:
-        __init__ = graphs_unavailable
+    def seed():
+        (torch if on_cpu else device_module).seed()
+
+    def seed_all():
+        torch.seed() if on_cpu else device_module.seed_all()
+
+    def initial_seed():
+        return (torch if on_cpu else device_module).initial_seed()
+
+    def set_stream(stream):
+        if stream is not None and not on_cpu:
+            torch.accelerator.set_stream(stream)
 
     stream_type, event_type = (HostStream, HostEvent) if on_cpu else (torch.Stream, torch.Event)
     cuda = {
@@ -201,11 +239,17 @@ def build(redirector):
         "current_stream": current_stream, "default_stream": default_stream,
         "stream": stream, "is_bf16_supported": is_bf16_supported, "is_initialized": lambda: True,
         "init": lambda: None, "device_of": device_of, "memory_summary": memory_summary,
+        "memory_stats_as_nested_dict": memory_stats_as_nested_dict,
+        "reset_accumulated_memory_stats": reset_accumulated_memory_stats,
+        "get_rng_state_all": get_rng_state_all, "set_rng_state_all": set_rng_state_all, "seed": seed,
+        "seed_all": seed_all, "initial_seed": initial_seed, "set_stream": set_stream,
     }
     if device_type != "cuda":
-        cuda.update({"CUDAGraph": CUDAGraph, "graph": graph,
-                     "make_graphed_callables": graphs_unavailable})
-    if device_type != "cuda":
+        cuda.update(_cuda_unavailable.replacements(redirector.target))
+        # Nothing is shared through CUDA's interprocess handles, so there is nothing to collect.
+        cuda["ipc_collect"] = lambda: None
+        # TF32 is the float32 mode of NVIDIA's tensor cores; the target computes float32 as float32.
+        cuda["is_tf32_supported"] = lambda: False
         # torch.compile asks this whenever torch.cuda.is_available() (answered True above); the real
         # function needs a CUDA driver. The target captures no CUDA graphs.
         cuda["is_current_stream_capturing"] = lambda: False

@@ -205,6 +205,8 @@ def install(redirector, patcher):
         patcher.replace(torch.cuda, name, replacement)
         if name in _cuda.MEMORY_FUNCTIONS:
             patcher.replace(torch.cuda.memory, name, replacement)
+        if name in _cuda.RANDOM_FUNCTIONS:
+            patcher.replace(torch.cuda.random, name, replacement)
     for name, replacement in _cuda.nvtx_replacements().items():
         patcher.replace(torch.cuda.nvtx, name, replacement)
 

@@ -1,0 +1,50 @@
+"""torch.cuda functions with no counterpart on a target other than CUDA. Left alone, each of them
+fails obscurely (AttributeError on a torch._C._cuda_* binding, "nvidia-ml-py not installed") or,
+worse, does nothing and answers as if it had worked (caching_allocator_enable, host_memory_stats
+before CUDA's initialisation). Under redirection each raises a RuntimeError that names the
+function, the target and why; CUDA graphs are classes, as code names them in annotations."""
+
+import torch
+
+_NVML = "it reads NVIDIA's management library (NVML) about a CUDA GPU; the target has no such counters"
+_ALLOCATOR = "it controls or inspects CUDA's caching allocator, which the target does not use"
+_HOST_ALLOCATOR = "it reports CUDA's pinned host memory allocator, which the target does not use"
+_GRAPHS = "a CUDA graph replays recorded CUDA kernels, and the target runs none; run the captured code directly"
+
+# torch.cuda name -> why it cannot run on the target.
+REASONS = {
+    **dict.fromkeys(("utilization", "temperature", "power_draw", "clock_rate", "memory_usage",
+                     "device_memory_used", "list_gpu_processes"), _NVML),
+    **dict.fromkeys(("get_allocator_backend", "memory_snapshot", "caching_allocator_alloc",
+                     "caching_allocator_delete", "caching_allocator_enable", "caching_allocator_disabled",
+                     "get_per_process_memory_fraction", "set_per_process_memory_fraction",
+                     "change_current_allocator"), _ALLOCATOR),
+    **dict.fromkeys(("host_memory_stats", "host_memory_stats_as_nested_dict", "reset_peak_host_memory_stats",
+                     "reset_accumulated_host_memory_stats"), _HOST_ALLOCATOR),
+    "current_blas_handle": "it returns a cuBLAS handle, which exists for CUDA devices only",
+    "current_solver_handle": "it returns a cuSOLVER handle, which exists for CUDA devices only",
+    "get_sync_debug_mode": "CUDA's synchronisation debug mode watches CUDA streams only",
+    "set_sync_debug_mode": "CUDA's synchronisation debug mode watches CUDA streams only",
+    "can_device_access_peer": "it asks the CUDA driver about peer access between two GPUs",
+    "cudart": "it returns the CUDA runtime library, which the target does not run on",
+    "check_error": "it interprets CUDA runtime error codes",
+    "graph_pool_handle": _GRAPHS,
+    "make_graphed_callables": _GRAPHS,
+}
+GRAPH_CLASSES = ("CUDAGraph", "graph")
+
+
+def replacements(target: str) -> dict:
+    """{torch.cuda name: replacement} for the names above that this torch has."""
+
+    def refusal(name, reason):
+        def refuse(*args, **kwargs):
+            raise RuntimeError(f"torch.cuda.{name} cannot run under redirection to '{target}': {reason}")
+
+        refuse.__name__ = name
+        return refuse
+
+    result = {name: refusal(name, reason) for name, reason in REASONS.items() if hasattr(torch.cuda, name)}
+    for name in GRAPH_CLASSES:
+        result[name] = type(name, (), {"__init__": refusal(name, _GRAPHS), "__module__": "torch.cuda"})
+    return result
