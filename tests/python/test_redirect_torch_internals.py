@@ -248,3 +248,38 @@ def test_nested_memory_statistics_follow_the_flat_ones():
         flat, nested = torch.cuda.memory_stats(), torch.cuda.memory_stats_as_nested_dict()
         assert nested["allocated_bytes"]["all"]["current"] == flat["allocated_bytes.all.current"] > 0
         del block
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_custom_autograd_functions_cast_under_the_targets_autocast(target):
+    # On a GPU, custom_fwd(cast_inputs=float16) runs forward in float16 under CUDA autocast; under
+    # redirection "cuda" autocast is the target's, so the inputs must be cast there too.
+    with redirect.redirected(target):
+        class Double(torch.autograd.Function):
+            @staticmethod
+            @torch.cuda.amp.custom_fwd(cast_inputs=torch.float16)
+            def forward(ctx, a):
+                return a * 2
+
+            @staticmethod
+            @torch.cuda.amp.custom_bwd
+            def backward(ctx, grad):
+                return grad * 2
+
+        class Triple(torch.autograd.Function):
+            @staticmethod
+            @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.bfloat16)
+            def forward(ctx, a):
+                return a * 3
+
+            @staticmethod
+            @torch.amp.custom_bwd(device_type="cuda")
+            def backward(ctx, grad):
+                return grad * 3
+
+        x = torch.ones(2, device="cuda", requires_grad=True)
+        with torch.autocast("cuda", dtype=torch.float16):
+            doubled, tripled = Double.apply(x), Triple.apply(x)
+        assert doubled.dtype == torch.float16 and tripled.dtype == torch.bfloat16
+        (doubled.float().sum() + tripled.float().sum()).backward()
+        assert x.grad.tolist() == [5.0, 5.0]

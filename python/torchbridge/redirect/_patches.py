@@ -172,6 +172,26 @@ def install(redirector, patcher):
         def __init__(self, *args, **kwargs):
             super().__init__(target_type, *args, **kwargs)
 
+    # Custom autograd functions decorated for CUDA autocast cast their inputs when autocast for
+    # "cuda" is on; under redirection the autocast that is on is the target's.
+    original_custom_fwd, original_custom_bwd = torch.amp.custom_fwd, torch.amp.custom_bwd
+
+    def custom_fwd(fwd=None, *, device_type, cast_inputs=None):
+        return original_custom_fwd(fwd, device_type=device_type_of(device_type), cast_inputs=cast_inputs)
+
+    def custom_bwd(bwd=None, *, device_type):
+        return original_custom_bwd(bwd, device_type=device_type_of(device_type))
+
+    def cuda_amp_custom_fwd(fwd=None, *, cast_inputs=None):
+        return original_custom_fwd(fwd, device_type=target_type, cast_inputs=cast_inputs)
+
+    def cuda_amp_custom_bwd(bwd):
+        return original_custom_bwd(bwd, device_type=target_type)
+
+    patcher.replace(torch.amp, "custom_fwd", custom_fwd)
+    patcher.replace(torch.amp, "custom_bwd", custom_bwd)
+    patcher.replace(torch.cuda.amp, "custom_fwd", cuda_amp_custom_fwd)
+    patcher.replace(torch.cuda.amp, "custom_bwd", cuda_amp_custom_bwd)
     patcher.replace(torch, "autocast", autocast)
     patcher.replace(torch.amp, "autocast", autocast)
     patcher.replace(torch.amp, "GradScaler", GradScaler)
