@@ -283,3 +283,40 @@ def test_custom_autograd_functions_cast_under_the_targets_autocast(target):
         assert doubled.dtype == torch.float16 and tripled.dtype == torch.bfloat16
         (doubled.float().sum() + tripled.float().sum()).backward()
         assert x.grad.tolist() == [5.0, 5.0]
+
+
+LIGHTNING_PROGRAM = """
+import sys
+import torch
+import torchbridge.redirect as redirect
+from torchbridge.redirect._lightning import _PatchAfterImport
+
+if sys.argv[1] == "before":
+    import lightning.pytorch.accelerators.cuda
+redirect.enable(sys.argv[2])
+from lightning.fabric.accelerators import CUDAAccelerator as FabricAccelerator
+from lightning.pytorch.accelerators import CUDAAccelerator
+
+for accelerator in (CUDAAccelerator(), FabricAccelerator()):
+    accelerator.setup_device(torch.device("cuda", 1 if sys.argv[2] == "emu" else 0))
+    print("current device", torch.cuda.current_device())
+patched = CUDAAccelerator.setup_device
+redirect.disable()
+print("restored", CUDAAccelerator.setup_device is not patched)
+print("finder removed", not any(isinstance(finder, _PatchAfterImport) for finder in sys.meta_path))
+"""
+
+
+@pytest.mark.parametrize("imported", ["before", "after"])
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_lightnings_cuda_accelerator_takes_the_target(imported, target):
+    # Lightning's CUDAAccelerator refuses any device whose type is not "cuda"; the program may
+    # import Lightning before enabling redirection or (under `torchbridge run`) after.
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", LIGHTNING_PROGRAM, imported, target], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    current = "1" if target == "emu" else "0"
+    assert result.stdout.split("\n")[:4] == [f"current device {current}"] * 2 + ["restored True", "finder removed True"]

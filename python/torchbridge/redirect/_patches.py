@@ -8,7 +8,7 @@ import torch
 import torch.nn
 import torch.utils._device
 
-from . import _cuda, _distributed, _legacy_types, _parallel
+from . import _cuda, _distributed, _legacy_types, _lightning, _parallel
 from ._proxy import proxy_class
 from ._redirector import logger
 
@@ -235,3 +235,4 @@ def install(redirector, patcher):
         _parallel.install(patcher, redirector, target_type)
         _legacy_types.install(patcher, original_device(target_type))
         _distributed.install(patcher, redirector, target_type)
+        _lightning.install(patcher, target_type)
