@@ -4,6 +4,7 @@ init_process_group("nccl"). Each was found running real CUDA programs (Hugging F
 DataParallel, old GAN tutorials) under `torchbridge run` on emu; the expected values come from the
 CPU or from torch's documented semantics."""
 
+import ast
 import importlib
 
 import pytest
@@ -320,3 +321,92 @@ def test_lightnings_cuda_accelerator_takes_the_target(imported, target):
     assert result.returncode == 0, result.stderr[-3000:]
     current = "1" if target == "emu" else "0"
     assert result.stdout.split("\n")[:4] == [f"current device {current}"] * 2 + ["restored True", "finder removed True"]
+
+
+SPAWNED_CHILD_PROGRAM = """
+import multiprocessing
+import torch
+
+
+def where(queue):
+    queue.put(str(torch.zeros(1, device="cuda").device))
+
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter, as torch.multiprocessing.spawn starts
+    queue = context.Queue()
+    child = context.Process(target=where, args=(queue,))
+    child.start()
+    print("child allocates on", queue.get(timeout=120))
+    child.join()
+"""
+
+DDP_SPAWN_PROGRAM = """
+import os
+import sys
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def train(rank, world, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    dist.init_process_group("nccl", rank=rank, world_size=world)
+    torch.cuda.set_device(rank)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1).cuda(rank)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    x = torch.arange(32.0).reshape(8, 4).cuda(rank) / 10
+    ddp(x[rank * 4:(rank + 1) * 4]).pow(2).mean().backward()
+    if rank == 0:
+        print("gradient", model.weight.grad.cpu().tolist(), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    mp.spawn(train, args=(2, sys.argv[1]), nprocs=2)
+"""
+
+
+def _run_redirected(program_text, target, tmp_path, *args):
+    import os
+    import subprocess
+    import sys
+
+    program = tmp_path / "program.py"
+    program.write_text(program_text)
+    console_script = os.path.join(os.path.dirname(sys.executable), "torchbridge")
+    return subprocess.run([console_script, "run", str(program), *args], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TORCHBRIDGE_BACKEND=target))
+
+
+def test_processes_started_as_fresh_interpreters_redirect_like_their_parent(tmp_path):
+    result = _run_redirected(SPAWNED_CHILD_PROGRAM, "emu", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "child allocates on emu:0" in result.stdout
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
+def test_the_usual_ddp_program_trains_on_gloo_when_the_target_is_the_cpu(tmp_path):
+    # mp.spawn + init_process_group("nccl") + set_device(rank) + DDP(device_ids=[rank]): the ranks'
+    # averaged gradient equals the gradient of one process on the whole batch.
+    result = _run_redirected(DDP_SPAWN_PROGRAM, "cpu", tmp_path, _free_port())
+    assert result.returncode == 0, result.stderr[-3000:]
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    model(torch.arange(32.0).reshape(8, 4) / 10).pow(2).mean().backward()
+    reported = ast.literal_eval(result.stdout.split("gradient", 1)[1].strip())
+    torch.testing.assert_close(torch.tensor(reported), model.weight.grad, rtol=1e-6, atol=1e-7)
+
+
+def test_the_usual_ddp_program_on_an_sdk_device_fails_naming_the_way_out(tmp_path):
+    result = _run_redirected(DDP_SPAWN_PROGRAM, "emu", tmp_path, _free_port())
+    assert result.returncode != 0
+    assert "torchbridge.distributed.DataParallel" in result.stderr

@@ -52,3 +52,24 @@ def install(patcher, redirector, device_type):
         return original(replacement, *args, **kwargs)
 
     patcher.replace(dist, "init_process_group", init_process_group)
+    if device_type == "cpu":
+        patcher.replace(torch.nn.parallel, "DistributedDataParallel",
+                        _ddp_without_device_ids(torch.nn.parallel.DistributedDataParallel))
+
+
+def _ddp_without_device_ids(original):
+    """DistributedDataParallel(model, device_ids=[rank]) names the GPU each process drives; with the
+    CPU as the target the model is on the CPU, for which torch refuses device_ids."""
+
+    class DistributedDataParallel(original):
+        def __init__(self, module, device_ids=None, output_device=None, *args, **kwargs):
+            if device_ids is not None or output_device is not None:
+                if all(p.device.type == "cpu" for p in module.parameters()):
+                    logger.info("DistributedDataParallel: device_ids=%r, output_device=%r dropped: the module "
+                                "is on the CPU, the target", device_ids, output_device)
+                    device_ids = output_device = None
+            super().__init__(module, device_ids, output_device, *args, **kwargs)
+
+    DistributedDataParallel.__module__ = original.__module__
+    DistributedDataParallel.__doc__ = original.__doc__
+    return DistributedDataParallel

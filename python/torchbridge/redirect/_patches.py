@@ -8,7 +8,7 @@ import torch
 import torch.nn
 import torch.utils._device
 
-from . import _cuda, _distributed, _legacy_types, _lightning, _parallel
+from . import _cuda, _distributed, _legacy_types, _lightning, _multiprocessing, _parallel
 from ._proxy import proxy_class
 from ._redirector import logger
 
@@ -229,6 +229,9 @@ def install(redirector, patcher):
             patcher.replace(torch.cuda.random, name, replacement)
     for name, replacement in _cuda.nvtx_replacements().items():
         patcher.replace(torch.cuda.nvtx, name, replacement)
+
+    # -- child processes started by multiprocessing redirect as this one does ---------------------------
+    _multiprocessing.install(patcher, redirector)
 
     # -- what torch builds without CUDA lack: DataParallel's collectives, the legacy typed tensors ----
     if target_type != "cuda":
