@@ -45,7 +45,10 @@ struct Block {
   bool allocated = false;
   Block* prev = nullptr;  // neighbours inside the same segment
   Block* next = nullptr;
-  std::set<c10::StreamId> stream_uses;
+  // Streams other than the allocating one that use this memory, as (device, stream id): stream
+  // ids are numbered per device, so a copy to another device's stream (a device-to-device copy
+  // runs on the destination's) has the id of a stream of the block's own device.
+  std::set<std::pair<c10::DeviceIndex, c10::StreamId>> stream_uses;
 };
 
 struct BlockOrder {
@@ -148,10 +151,10 @@ class SdkCachingAllocator final : public CachingAllocator {
     // event the block waits for its streams right here; if even that fails, it is never reused.
     PendingFree pending{block, {}};
     bool fenced = true;
-    for (const c10::StreamId use : block->stream_uses) {
-      const c10::Stream stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, block->device), use);
+    for (const auto& [device, id] : block->stream_uses) {
+      const c10::Stream stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
       tb_event event = nullptr;
-      if (TB_CALL_OR_WARN(event_create, block->device, 0, &event)) {
+      if (TB_CALL_OR_WARN(event_create, device, 0, &event)) {
         if (TB_CALL_OR_WARN(event_record, event, native_stream(stream))) {
           pending.events.push_back(event);
           continue;
@@ -192,7 +195,9 @@ class SdkCachingAllocator final : public CachingAllocator {
     if (data_ptr.get() == nullptr || data_ptr.get_deleter() != &delete_block) return;
     std::lock_guard<std::mutex> lock(mutex_);
     auto* block = static_cast<Block*>(data_ptr.get_context());
-    if (stream.id() != block->stream) block->stream_uses.insert(stream.id());
+    if (stream.device_index() != block->device || stream.id() != block->stream) {
+      block->stream_uses.emplace(stream.device_index(), stream.id());
+    }
   }
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {

@@ -179,3 +179,37 @@ def test_forked_child_raises_a_clear_error_instead_of_hanging():
     outcome = queue.get(timeout=5)
     assert outcome == "worked" or ("forked child" in outcome and "spawn" in outcome), outcome
     assert not torch.emu._is_in_bad_fork()  # the parent is unaffected
+
+
+CROSS_DEVICE_COPY_PROGRAM = """
+import torch, torchbridge
+torchbridge.devices.load("emu")
+# The temporary's memory on emu:0 must wait for the copy that emu:1's stream runs later.
+held_back, wrong = 0, 0
+for trial in range(60):
+    a = torch.randn(1 << 17, device="emu:0")
+    temporary = a * 2
+    address = temporary.data_ptr()
+    copied = temporary.to("emu:1")
+    del temporary
+    held_back += torch.full((1 << 17,), 7.0, device="emu:0").data_ptr() != address
+    wrong += not torch.equal((copied + 1).cpu(), a.cpu() * 2 + 1)
+print(held_back, wrong)
+"""
+
+
+def test_a_source_freed_after_a_copy_to_another_device_is_not_reused_before_the_copy_reads_it():
+    # A device-to-device copy runs on the destination's stream; the caching allocator must fence
+    # the source block on that stream of the other device. It used to keep stream uses by stream
+    # id alone, took the destination's stream (id 0 on emu:1) for the block's own (id 0 on emu:0),
+    # and reused the block at once: (a * 2).to("emu:1") then copied whatever was written there
+    # next (6 of 40 such copies came out wrong). The latency makes each queued operation wait.
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", CROSS_DEVICE_COPY_PROGRAM], capture_output=True, text=True,
+                            timeout=300, env=dict(os.environ, TORCHBRIDGE_EMU_LATENCY_US="300"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    held_back, wrong = map(int, result.stdout.split())
+    assert wrong == 0
+    assert held_back == 60
