@@ -195,6 +195,7 @@ void register_runtime(const tb_runtime* table) {
   register_sparse();
   register_quantized_refusal();
   register_autocast();
+  register_profiler_stubs();
   declare_to_backend_layer(first.vendor, first.is_real_hardware != 0);
   registered_table = table;
 }

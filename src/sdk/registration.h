@@ -18,4 +18,6 @@ void register_sparse();
 // Quantized tensors: a clear error for every operator (quantized.cpp).
 void register_quantized_refusal();
 void register_autocast();
+// Device events for torch's profiler in its PrivateUse1 fallback mode (profiler_stubs.cpp).
+void register_profiler_stubs();
 }  // namespace torchbridge::sdk

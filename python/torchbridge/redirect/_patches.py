@@ -8,7 +8,7 @@ import torch
 import torch.nn
 import torch.utils._device
 
-from . import _cuda, _distributed, _legacy_types, _lightning, _multiprocessing, _parallel
+from . import _cuda, _distributed, _legacy_types, _lightning, _multiprocessing, _parallel, _profiler, _serialization
 from ._proxy import proxy_class
 from ._redirector import logger
 
@@ -100,6 +100,25 @@ def install(redirector, patcher):
         patcher.replace(torch.accelerator, "current_accelerator", lambda check_available=False: None)
         patcher.replace(torch.accelerator, "is_available", lambda: False)
 
+    # -- torch.get_device_module("cuda") -------------------------------------------------------------
+    # torch asks for "the module of device X" (fork_rng, checkpointing's RNG state), which resolves
+    # X through torch.device. With the CPU as the target that is torch.cpu, which has no generators
+    # (fork_rng(devices=[0]) raised AttributeError); the torch.cuda namespace answers them for the
+    # CPU. The uncached function is called: torch's cache would keep redirected answers after
+    # disable(), and answers from before enable() during it.
+    find_device_module = torch.get_device_module.__wrapped__
+
+    def get_device_module(device=None):
+        module = find_device_module(device)
+        if module is torch.cpu and device is not None and original_device(device).type != "cpu":
+            return torch.cuda
+        return module
+
+    # torch.compile reads torch.get_device_module.__wrapped__ to find the function it traces
+    # specially; this replacement leads it to the same one.
+    get_device_module.__wrapped__ = find_device_module
+    patcher.replace(torch, "get_device_module", get_device_module)
+
     # -- moving tensors and modules ---------------------------------------------------------------
     tensor_to, module_to = torch.Tensor.to, torch.nn.Module.to
 
@@ -134,20 +153,7 @@ def install(redirector, patcher):
     patcher.replace(torch.nn.Module, "cuda", module_cuda)
 
     # -- torch.load(map_location=...) ---------------------------------------------------------------
-    original_load = torch.load
-    restore = torch.serialization.default_restore_location
-
-    @functools.wraps(original_load)
-    def load(*args, **kwargs):
-        location = kwargs.get("map_location")
-        if location is None:
-            # Tensors saved on a missing accelerator restore where redirection sends them.
-            kwargs["map_location"] = lambda storage, saved_at: restore(storage, str(resolve(saved_at)))
-        elif _is_device_like(location):
-            kwargs["map_location"] = resolve(location)
-        return original_load(*args, **kwargs)
-
-    patcher.replace(torch, "load", load)
+    _serialization.install(patcher, redirector)
 
     # -- autocast and GradScaler for "cuda" -----------------------------------------------------------
     cuda_namespace, target_type = _cuda.build(redirector)
@@ -239,3 +245,4 @@ def install(redirector, patcher):
         _legacy_types.install(patcher, original_device(target_type))
         _distributed.install(patcher, redirector, target_type)
         _lightning.install(patcher, target_type)
+        _profiler.install(patcher, target_type)

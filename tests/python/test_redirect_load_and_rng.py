@@ -1,0 +1,108 @@
+"""torch.load and torch's device-module lookups under redirection, found running checkpoints
+written on GPU machines and torch.random.fork_rng under `torchbridge run`. A checkpoint saved on a
+GPU differs from one saved on the CPU only in each storage's location tag ("cuda:1"), which torch
+writes through torch.serialization.location_tag; the tests write exactly that."""
+
+import io
+
+import pytest
+import torch
+
+import torchbridge  # noqa: F401  (registers emu's loader)
+from torchbridge import redirect
+
+WEIGHT = torch.arange(6.0).reshape(2, 3)
+
+
+@pytest.fixture(autouse=True)
+def always_disable():
+    yield
+    redirect.disable()
+
+
+@pytest.fixture(scope="module")
+def saved_on_cuda_1():
+    """A state dict as torch.save writes it on a machine whose model lived on cuda:1."""
+    original_tag = torch.serialization.location_tag
+    torch.serialization.location_tag = lambda storage: "cuda:1"
+    try:
+        buffer = io.BytesIO()
+        torch.save({"weight": WEIGHT}, buffer)
+    finally:
+        torch.serialization.location_tag = original_tag
+    return buffer.getvalue()
+
+
+def load(data, *args, **kwargs):
+    return torch.load(io.BytesIO(data), *args, **kwargs)["weight"]
+
+
+# (map_location as the program passes it, the device it lands on with 2 emu devices)
+MAP_LOCATIONS = [
+    ("none", None, "emu:1"),
+    ("string", "cuda", "emu:0"),
+    ("indexed string", "cuda:0", "emu:0"),
+    ("bytes", b"cuda:1", "emu:1"),
+    ("torch.device", torch.device("cuda", 1), "emu:1"),
+    ("dict naming the saved device", {"cuda:1": "cuda:0"}, "emu:0"),
+    ("dict to the CPU", {"cuda:1": "cpu"}, "cpu"),
+    ("dict not naming it (stays where saved)", {"cuda:7": "cuda:0"}, "emu:1"),
+    ("callable returning None (stays where saved)", lambda storage, location: None, "emu:1"),
+    ("callable moving the storage", lambda storage, location: storage.cuda(0), "emu:0"),
+    ("callable keeping the CPU storage", lambda storage, location: storage, "cpu"),
+]
+
+
+@pytest.mark.parametrize("form,map_location,expected", MAP_LOCATIONS, ids=[m[0] for m in MAP_LOCATIONS])
+@pytest.mark.parametrize("weights_only", [True, False])
+def test_every_map_location_form_restores_a_gpu_checkpoint_on_the_target(saved_on_cuda_1, form, map_location,
+                                                                           expected, weights_only):
+    with redirect.redirected("emu"):
+        as_keyword = load(saved_on_cuda_1, map_location=map_location, weights_only=weights_only)
+        as_positional = load(saved_on_cuda_1, map_location, weights_only=weights_only)
+    for weight in (as_keyword, as_positional):
+        assert str(weight.device) == expected
+        assert torch.equal(weight.cpu(), WEIGHT)
+
+
+def test_with_the_cpu_as_the_target_every_form_restores_on_the_cpu(saved_on_cuda_1):
+    with redirect.redirected("cpu"):
+        for _, map_location, _ in MAP_LOCATIONS:
+            weight = load(saved_on_cuda_1, map_location=map_location)
+            assert weight.device.type == "cpu" and torch.equal(weight, WEIGHT)
+
+
+def test_without_redirection_torch_refuses_the_gpu_checkpoint_as_before(saved_on_cuda_1):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine restores it on its GPU")
+    with pytest.raises(RuntimeError, match="CUDA"):
+        load(saved_on_cuda_1)
+
+
+@pytest.mark.parametrize("target", ["cpu", "emu"])
+def test_fork_rng_restores_the_target_generators(target):
+    # fork_rng looks the device's module up through torch.get_device_module("cuda"); with the CPU
+    # as the target that was torch.cpu, which has no get_rng_state (AttributeError).
+    with redirect.redirected(target):
+        torch.manual_seed(1)
+        torch.cuda.manual_seed_all(1)
+        expected = torch.rand(4, device="cuda").cpu()
+        torch.manual_seed(1)
+        torch.cuda.manual_seed_all(1)
+        with torch.random.fork_rng(devices=[0]):
+            torch.manual_seed(99)
+            torch.cuda.manual_seed(99)
+            inside = torch.rand(4, device="cuda").cpu()
+        after = torch.rand(4, device="cuda").cpu()
+    assert torch.equal(after, expected)
+    assert not torch.equal(inside, expected)
+
+
+def test_get_device_module_answers_for_the_target_and_leaves_torch_cache_clean():
+    with redirect.redirected("cpu"):
+        assert torch.get_device_module("cuda") is torch.cuda  # its namespace answers for the CPU
+        assert torch.get_device_module("cpu") is torch.cpu
+    with redirect.redirected("emu"):
+        assert torch.get_device_module("cuda") is torch.emu
+        assert torch.get_device_module(torch.device("cuda:1")) is torch.emu
+    assert torch.get_device_module("cuda") is torch.cuda
