@@ -410,3 +410,30 @@ def test_the_usual_ddp_program_on_an_sdk_device_fails_naming_the_way_out(tmp_pat
     result = _run_redirected(DDP_SPAWN_PROGRAM, "emu", tmp_path, _free_port())
     assert result.returncode != 0
     assert "torchbridge.distributed.DataParallel" in result.stderr
+
+
+CAPTURABLE_OPTIMIZERS = [torch.optim.Adam, torch.optim.AdamW, torch.optim.NAdam, torch.optim.RAdam, torch.optim.Adamax,
+                         torch.optim.ASGD, torch.optim.RMSprop, torch.optim.Rprop, torch.optim.Adadelta]
+
+
+def _parameters_after_training(optimizer_class, device="cuda", **options):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 2)).to(device)
+    optimizer = optimizer_class(model.parameters(), lr=1e-2, **options)
+    inputs, targets = torch.randn(32, 8).to(device), torch.randn(32, 2).to(device)
+    for _ in range(5):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+@pytest.mark.parametrize("optimizer_class", CAPTURABLE_OPTIMIZERS, ids=lambda c: c.__name__)
+def test_capturable_optimizers_run_their_update_on_the_cpu_target(optimizer_class):
+    # torch refuses capturable=True on the CPU at the first step; the update is plain arithmetic.
+    with redirect.redirected("cpu"):
+        capturable = _parameters_after_training(optimizer_class, capturable=True)
+        reference = _parameters_after_training(optimizer_class)
+    assert torch.allclose(capturable, reference, rtol=0, atol=1e-6)
+    with pytest.raises(AssertionError, match="supported devices"):  # torch's own check is back
+        _parameters_after_training(optimizer_class, device="cpu", capturable=True)

@@ -8,7 +8,7 @@ import torch
 import torch.nn
 import torch.utils._device
 
-from . import _cuda, _distributed, _legacy_types, _lightning, _multiprocessing, _parallel, _profiler, _serialization
+from . import _cuda, _distributed, _legacy_types, _lightning, _multiprocessing, _optim, _parallel, _profiler, _serialization
 from ._proxy import proxy_class
 from ._redirector import logger
 
@@ -99,6 +99,7 @@ def install(redirector, patcher):
         # then pin memory through a CUDA that may have no driver.
         patcher.replace(torch.accelerator, "current_accelerator", lambda check_available=False: None)
         patcher.replace(torch.accelerator, "is_available", lambda: False)
+        _optim.install(patcher)
 
     # -- torch.get_device_module("cuda") -------------------------------------------------------------
     # torch asks for "the module of device X" (fork_rng, checkpointing's RNG state), which resolves
