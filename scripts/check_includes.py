@@ -24,7 +24,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROJECT_DIRS = ("src", "cli", "devices", "python/src", "tests", "bench", "fuzz", "include")
+PROJECT_DIRS = ("src", "cli", "devices", "examples", "python/src", "tests", "bench", "fuzz", "include")
 # Files IWYU may report on: ours, not torch's, gtest's or the build tree's generated ones.
 CHECK_ALSO = [f"{ROOT}/{d}/*" for d in PROJECT_DIRS]
 STD_HEADER = re.compile(r"^#include <([a-z_0-9]+)>")  # <cstdint>, <string>, ... (no .h, no path)

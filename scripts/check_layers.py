@@ -78,6 +78,7 @@ SOURCE_DIRS = {
     "cli": "cli",
     "python/src": "python",
     "devices": "devices",
+    "examples/minimal_device": "devices",  # a device like the others, in C
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
@@ -114,7 +115,7 @@ def layer_of_include(name: str, including: pathlib.Path):
 def project_files():
     for directory in ["include/torchbridge", *SOURCE_DIRS]:
         for path in sorted((ROOT / directory).rglob("*")):
-            if path.suffix in (".h", ".cpp", ".cu") and path.is_file():
+            if path.suffix in (".h", ".c", ".cpp", ".cu") and path.is_file():
                 yield path
 
 
