@@ -10,7 +10,7 @@ import warnings
 
 import torch
 
-from . import _C
+from . import _C, _inductor_refusal
 
 #: Environment variable naming an SDK device to load when torchbridge is imported, for programs
 #: that cannot be edited.
@@ -105,6 +105,7 @@ def _integrate_with_torch(name: str) -> None:
             torch.utils.generate_methods_for_privateuse1_backend(
                 for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
             )
+        _inductor_refusal.install(name)
 
 
 def _device_module(name: str) -> types.ModuleType:

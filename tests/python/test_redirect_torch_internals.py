@@ -290,7 +290,7 @@ LIGHTNING_PROGRAM = """
 import sys
 import torch
 import torchbridge.redirect as redirect
-from torchbridge.redirect._lightning import _PatchAfterImport
+from torchbridge._after_import import PatchAfterImport
 
 if sys.argv[1] == "before":
     import lightning.pytorch.accelerators.cuda
@@ -304,7 +304,8 @@ for accelerator in (CUDAAccelerator(), FabricAccelerator()):
 patched = CUDAAccelerator.setup_device
 redirect.disable()
 print("restored", CUDAAccelerator.setup_device is not patched)
-print("finder removed", not any(isinstance(finder, _PatchAfterImport) for finder in sys.meta_path))
+print("finder removed", not any(isinstance(finder, PatchAfterImport) and "lightning.pytorch.accelerators.cuda" in finder.names
+                                for finder in sys.meta_path))
 """
 
 

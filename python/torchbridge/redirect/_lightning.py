@@ -8,9 +8,9 @@ Lightning may be imported before or after redirection is enabled (usually after:
 enables it before the program's first import), so the accelerator is patched where it is loaded
 and, through a finder on sys.meta_path, when it is imported later."""
 
-import importlib.abc
 import sys
 
+from .._after_import import when_imported
 from ._redirector import _ORIGINAL_DEVICE
 
 # Both distributions of Lightning: the unified package and the older standalone ones.
@@ -32,45 +32,5 @@ def install(patcher, target_type):
 
         patcher.replace(accelerator, "setup_device", setup_device)
 
-    for name in ACCELERATOR_MODULES:
-        if name in sys.modules:
-            patch(sys.modules[name])
-    finder = _PatchAfterImport(ACCELERATOR_MODULES, patch)
-    sys.meta_path.insert(0, finder)
+    finder = when_imported(ACCELERATOR_MODULES, patch)
     patcher.defer(lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)
-
-
-class _PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: for the named modules it asks the finders after it and wraps the
-    loader they return, so that the module is patched right after it has been executed."""
-
-    def __init__(self, names, patch):
-        self.names, self.patch = frozenset(names), patch
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in self.names:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = _PatchingLoader(spec.loader, self.patch)
-                return spec
-        return None
-
-
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader, patch):
-        self._loader, self._patch = loader, patch
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        self._patch(module)
-
-    def __getattr__(self, name):  # get_source, get_filename, ... of the real loader
-        return getattr(self._loader, name)
