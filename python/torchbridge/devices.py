@@ -10,7 +10,7 @@ import warnings
 
 import torch
 
-from . import _C, _inductor_refusal
+from . import _C, _device_queries, _inductor_refusal, _parallel_comm
 
 #: Environment variable naming an SDK device to load when torchbridge is imported, for programs
 #: that cannot be edited.
@@ -106,6 +106,7 @@ def _integrate_with_torch(name: str) -> None:
                 for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
             )
         _inductor_refusal.install(name)
+        _parallel_comm.install_for_sdk_device(name, getattr(torch, name))
 
 
 def _device_module(name: str) -> types.ModuleType:
@@ -192,6 +193,7 @@ def _device_module(name: str) -> types.ModuleType:
     module.synchronize = lambda device=None: _C.lookup(name).synchronize(index(device))
     module._is_in_bad_fork = _C.in_bad_fork
     module.is_initialized = lambda: True
+    _device_queries.add_queries(module, name, index)
     return module
 
 

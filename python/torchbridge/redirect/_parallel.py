@@ -1,20 +1,13 @@
-"""torch.nn.DataParallel on a target other than CUDA (Hugging Face's Trainer wraps every model in
-it when torch.cuda.device_count() > 1). DataParallel's own code is device-generic since torch 2.11
-(torch.accelerator streams and device scopes in parallel_apply), except for the collectives of
-torch.nn.parallel.comm, which call CUDA kernels (torch._C._broadcast_coalesced, _scatter, _gather)
-that other builds of torch do not have. Here they are copies between the target's devices; the
-autograd functions that wrap them (torch.nn.parallel._functions: Broadcast, ReduceAddCoalesced,
-Scatter, Gather) and so DataParallel's gradients are torch's own.
-
-comm names devices the way CUDA's kernels do: an int is an index of the target's devices, -1 the
-CPU, None the current device; a string or torch.device goes through the redirection policy."""
-
-import contextlib
-import importlib
+"""torch.nn.DataParallel under redirection to a target other than CUDA (Hugging Face's Trainer
+wraps every model in it when torch.cuda.device_count() > 1): torch.nn.parallel.comm's CUDA
+collectives become copies between the target's devices (torchbridge/_parallel_comm.py), with
+device indices meaning the target's devices and strings and torch.devices going through the
+redirection policy."""
 
 import torch
 import torch.nn.parallel.comm
 
+from .. import _parallel_comm
 from ._redirector import _ORIGINAL_DEVICE
 
 
@@ -28,75 +21,7 @@ def install(patcher, redirector, device_type):
             return cpu if spec < 0 or device_type == "cpu" else _ORIGINAL_DEVICE(device_type, spec)
         return redirector.resolve(spec)
 
-    def copies_onto(tensor, devices):
-        return [tensor.to(device_of(d), copy=True) for d in devices]
-
-    def broadcast(tensor, devices=None, *, out=None):
-        if (devices is None) == (out is None):
-            raise RuntimeError("broadcast: give exactly one of 'devices' and 'out' "
-                               f"(got devices={devices!r}, out={'None' if out is None else 'tensors'})")
-        if out is not None:
-            for destination in out:
-                destination.copy_(tensor)
-            return tuple(out)
-        return tuple(copies_onto(tensor, devices))
-
-    def broadcast_coalesced(tensors, devices, buffer_size=10485760):
-        # One list per device, each holding every tensor (Broadcast.forward edits them in place).
-        return [[t.to(device_of(d), copy=True) for t in tensors] for d in devices]
-
-    def reduce_add(inputs, destination=None):
-        target = device_of(destination)
-        total = inputs[0].to(target, copy=True)
-        for addend in inputs[1:]:
-            if addend.shape != total.shape:
-                raise ValueError(f"reduce_add: tensor shapes differ: {tuple(total.shape)} and {tuple(addend.shape)}")
-            total.add_(addend.to(target))
-        return total
-
-    def reduce_add_coalesced(inputs, destination=None, buffer_size=10485760):
-        # inputs: one sequence of tensors per device; the i-th tensors of all devices are summed.
-        return tuple(reduce_add(list(same_tensor), destination) for same_tensor in zip(*inputs))
-
-    def scatter(tensor, devices=None, chunk_sizes=None, dim=0, streams=None, *, out=None):
-        if out is not None:
-            if devices is not None or chunk_sizes is not None:
-                raise RuntimeError("scatter: 'out' excludes 'devices' and 'chunk_sizes' (their sizes are the outputs')")
-            for destination, chunk in zip(out, tensor.split([o.size(dim) for o in out], dim)):
-                destination.copy_(chunk)
-            return tuple(out)
-        if devices is None:
-            raise RuntimeError("scatter: give 'devices' or 'out'")
-        chunks = tensor.split(list(chunk_sizes), dim) if chunk_sizes else tensor.chunk(len(devices), dim)
-        results = []
-        for i, (chunk, d) in enumerate(zip(chunks, devices)):
-            # Scatter.forward waits for these streams before the chunks are used.
-            with streams[i] if streams and streams[i] is not None else contextlib.nullcontext():
-                results.append(chunk.contiguous().to(device_of(d), non_blocking=True))
-        return tuple(results)
-
-    def gather(tensors, dim=0, destination=None, *, out=None):
-        if out is not None:
-            if destination is not None:
-                raise RuntimeError("gather: 'out' excludes 'destination' (the output is on out's device)")
-            return torch.cat([t.to(out.device) for t in tensors], dim, out=out)
-        target = cpu if destination == "cpu" else device_of(destination)
-        return torch.cat([t.to(target) for t in tensors], dim)
-
-    for name, replacement in (("broadcast", broadcast), ("broadcast_coalesced", broadcast_coalesced),
-                              ("reduce_add", reduce_add), ("reduce_add_coalesced", reduce_add_coalesced),
-                              ("scatter", scatter), ("gather", gather)):
+    for name, replacement in _parallel_comm.collectives(device_of).items():
         patcher.replace(torch.nn.parallel.comm, name, replacement)
-
-    # DataParallel warns when devices differ in memory or multiprocessors by more than 25%; a
-    # target that does not report a multiprocessor count says 0 there (and torch divides by it).
-    # (The module by import: torch.nn.parallel.data_parallel is also the name of a function there.)
-    data_parallel_module = importlib.import_module("torch.nn.parallel.data_parallel")
-    original_check_balance = data_parallel_module._check_balance
-
-    def check_balance(device_ids):
-        properties = [torch.cuda.get_device_properties(i) for i in device_ids]
-        if all(p.total_memory > 0 and p.multi_processor_count > 0 for p in properties):
-            original_check_balance(device_ids)
-
-    patcher.replace(data_parallel_module, "_check_balance", check_balance)
+    patcher.replace(_parallel_comm.DATA_PARALLEL_MODULE, "_check_balance",
+                    _parallel_comm.balance_check(torch.cuda.get_device_properties))
