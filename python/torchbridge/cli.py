@@ -10,25 +10,43 @@ import traceback
 from . import _C
 
 _RUN_USAGE = """usage: torchbridge run SCRIPT [ARGS...]
+       torchbridge run -m MODULE [ARGS...]
 
-Runs an unmodified Python program with redirection on. With TORCHBRIDGE_BACKEND set, every
+Runs an unmodified Python program (a script, or a module as `python -m` does) with redirection on. With TORCHBRIDGE_BACKEND set, every
 accelerator request (cuda, mps, xpu, ...) goes to that backend, even on a machine that has the
 requested one (TORCHBRIDGE_BACKEND=cpu on a CUDA machine runs on the CPU); without it, requests
 for accelerators this machine lacks go to the best available backend.
 TORCHBRIDGE_LOG_LEVEL=INFO logs each redirected call site once. The script's exit code is kept;
 a script that fails exits non-zero with its error on stderr, and one that crashes (a signal)
 prints the Python stack of every thread before the signal ends it.
+Under torchrun, start each worker through it: torchrun --no-python ... torchbridge run SCRIPT.
 """
+
+
+# What the program leaves behind (its globals; on an exception, the exception, whose traceback
+# holds them), kept until the interpreter ends, as `python SCRIPT` keeps __main__'s. Freed while the
+# interpreter still runs, torch can deadlock: a DistributedDataParallel's reducer destroyed on the
+# main thread, which holds the GIL, joins Gloo's worker threads, one of which waits for the GIL to
+# release the last collective's Python state (seen as a hang after the program's last line under
+# torchrun). At interpreter exit those threads are not waited for.
+_PROGRAM_STATE = []
 
 
 def _run(argv: "list[str]") -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_RUN_USAGE, end="", file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 1
-    script = argv[0]
-    if not os.path.isfile(script):
-        print(f"torchbridge: run: script '{script}' does not exist", file=sys.stderr)
-        return 1
+    module = None
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            print("torchbridge: run: -m needs a module name (torchbridge run -m MODULE [ARGS...])", file=sys.stderr)
+            return 1
+        module, arguments = argv[1], list(argv[2:])
+    else:
+        script, arguments = argv[0], list(argv[1:])
+        if not os.path.isfile(script):
+            print(f"torchbridge: run: script '{script}' does not exist", file=sys.stderr)
+            return 1
     from . import redirect
 
     # A crash in native code (a segfault in a device library, an abort) would otherwise end the
@@ -41,17 +59,25 @@ def _run(argv: "list[str]") -> int:
     except Exception as error:  # noqa: BLE001 - any failure to start is reported, never silent
         print(f"torchbridge: run: cannot enable redirection: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
-    sys.argv = [script] + list(argv[1:])
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module is not None:
+            # As `python -m`: the working directory first on sys.path, argv[0] the module's file.
+            sys.argv = [module] + arguments
+            sys.path.insert(0, os.getcwd())
+            _PROGRAM_STATE.append(runpy.run_module(module, run_name="__main__", alter_sys=True))
+        else:
+            sys.argv = [script] + arguments
+            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+            _PROGRAM_STATE.append(runpy.run_path(script, run_name="__main__"))
     except SystemExit as exit_request:  # the script's own exit code is preserved
+        _PROGRAM_STATE.append(exit_request)
         code = exit_request.code
         if code is None or isinstance(code, int):
             return code or 0
         print(code, file=sys.stderr)
         return 1
-    except BaseException:  # noqa: BLE001 - report exactly like Python would
+    except BaseException as error:  # noqa: BLE001 - report exactly like Python would
+        _PROGRAM_STATE.append(error)
         traceback.print_exc()
         return 1
     finally:

@@ -30,6 +30,9 @@ def always_disable():
 
 
 def test_disable_restores_what_these_patches_replace():
+    # Loading emu (which enable("emu") does) gives DataParallel its collectives for good where CUDA
+    # is unavailable; that is the device's, not redirection's, so it comes first.
+    torchbridge.devices.load("emu")
     before = {(id(owner), name): getattr(owner, name) for owner, name in PATCHED}
     redirect.enable("emu")
     assert all(getattr(owner, name) is not before[(id(owner), name)] for owner, name in PATCHED)
