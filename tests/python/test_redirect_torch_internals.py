@@ -441,3 +441,19 @@ def test_capturable_optimizers_run_their_update_on_the_cpu_target(optimizer_clas
     assert torch.allclose(capturable, reference, rtol=0, atol=1e-6)
     with pytest.raises(AssertionError, match="supported devices"):  # torch's own check is back
         _parameters_after_training(optimizer_class, device="cpu", capturable=True)
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_storages_made_directly_land_on_the_target(target):
+    import warnings
+
+    untyped_new, typed_new = torch.UntypedStorage.__new__, vars(torch.TypedStorage)["__new__"]
+    with redirect.redirected(target), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TypedStorage is deprecated, and says so
+        raw = torch.UntypedStorage(16, device="cuda")
+        typed = torch.TypedStorage(4, dtype=torch.float32, device="cuda:0")
+        view = torch.empty(0, device="cuda").set_(raw, 0, (4,), (1,))
+    assert raw.device.type == typed.device.type == view.device.type == target
+    assert raw.size() == 16 and typed.size() == 4
+    assert torch.UntypedStorage.__new__ is untyped_new and vars(torch.TypedStorage)["__new__"] is typed_new
+    assert torch.UntypedStorage(4).device.type == "cpu"

@@ -120,6 +120,20 @@ def install(redirector, patcher):
     get_device_module.__wrapped__ = find_device_module
     patcher.replace(torch, "get_device_module", get_device_module)
 
+    # -- storages made directly: torch.UntypedStorage(n, device="cuda") ---------------------------------
+    # Their constructors are torch's C StorageBase.__new__ (UntypedStorage inherits it) and
+    # TypedStorage's own; each gets the device resolved. Removing the replacement restores the
+    # inherited one.
+    for storage_class in (torch.UntypedStorage, torch.TypedStorage):
+        original_new = storage_class.__new__
+
+        def new(cls, *args, original_new=original_new, **kwargs):
+            if kwargs.get("device") is not None:
+                kwargs["device"] = resolve(kwargs["device"])
+            return original_new(cls, *args, **kwargs)
+
+        patcher.replace(storage_class, "__new__", staticmethod(new))
+
     # -- moving tensors and modules ---------------------------------------------------------------
     tensor_to, module_to = torch.Tensor.to, torch.nn.Module.to
 
