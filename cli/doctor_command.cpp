@@ -7,6 +7,7 @@
 
 #include <torchbridge/health.h>
 #include <torchbridge/registry.h>
+#include <torchbridge/sdk/device.h>
 #include <torchbridge/version.h>
 
 #include <ATen/Version.h>
@@ -28,20 +29,26 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>  // environ
 
 namespace torchbridge::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: torchbridge doctor [--json]
+constexpr const char* kHelp = R"(usage: torchbridge doctor [--json] [--backend NAME]
 
 Checks this installation: torch's build configuration, that libtorchbridge and libtorch load
 and match, a real health check of every available device (allocate, copy a known pattern there
-and back, compare, synchronize; timed), and the environment variables that change behaviour.
+and back, compare, synchronize; timed), the SDK device libraries it can find, and the environment
+variables that change behaviour.
 
 Exit code: 0 healthy, 1 at least one check failed, 2 warnings only.
-  --json   machine-readable output (schema: docs/cli-json.md)
+  --json           machine-readable output (schema: docs/cli-json.md)
+  --backend NAME   health-check this backend's devices only; an SDK device (e.g. emu, or a
+                   vendor's library on TORCHBRIDGE_DEVICE_PATH) is loaded by its name
 )";
 
 enum class Outcome { kOk, kWarning, kFailure };
@@ -62,7 +69,8 @@ std::string shared_object_of(const void* address) {
   return "";
 }
 
-// Variables that change which devices exist or how TorchBridge and torch behave.
+// Variables that change which devices exist or how TorchBridge and torch behave: these, and every
+// TORCHBRIDGE_* variable (the device search path, configuration overrides, emu's options, ...).
 const char* const kEnvironmentOverrides[] = {
     "TORCHBRIDGE_BACKEND",     "TORCHBRIDGE_LOG_LEVEL",  "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
     "HIP_VISIBLE_DEVICES",     "ROCR_VISIBLE_DEVICES",   "ZE_AFFINITY_MASK",     "PYTORCH_CUDA_ALLOC_CONF",
@@ -84,16 +92,42 @@ std::vector<Check> library_checks() {
   return checks;
 }
 
-std::vector<Check> backend_checks() {
+// The device libraries the SDK can load by name, without loading any (each would take the
+// process's single PrivateUse1 slot).
+Check sdk_device_check() {
+  const std::vector<std::string> names = sdk::available_devices();
+  std::string detail;
+  for (const auto& name : names) detail += (detail.empty() ? "" : ", ") + name;
+  detail = names.empty() ? std::string("none found (searched TORCHBRIDGE_DEVICE_PATH and next to libtorchbridge)")
+                         : detail + " (check one with --backend NAME)";
+  return {"SDK device libraries", Outcome::kOk, detail, std::nullopt};
+}
+
+// wanted: only this backend (loaded by name when it is an SDK device), else every registered one.
+std::vector<Check> backend_checks(const std::string* wanted) {
   std::vector<Check> checks;
   const BackendRegistry& registry = BackendRegistry::instance();
+  std::shared_ptr<Backend> only;
+  if (wanted != nullptr) {
+    try {
+      only = registry.lookup(*wanted);
+    } catch (const std::exception& e) {
+      checks.push_back({*wanted + " load", Outcome::kFailure, first_line(e.what()), std::nullopt});
+      return checks;
+    }
+  }
   try {
     checks.push_back({"best backend", Outcome::kOk, registry.detect_best_backend(), std::nullopt});
   } catch (const std::exception& e) {
     checks.push_back({"best backend", Outcome::kFailure, first_line(e.what()), std::nullopt});
   }
   for (const auto& entry : registry.entries()) {
+    if (only != nullptr && entry.backend != only) continue;
     const Availability a = entry.backend->availability();
+    if (only != nullptr && !a.available()) {
+      checks.push_back({entry.name + " availability", Outcome::kFailure, a.reason, std::nullopt});
+      continue;
+    }
     if (a.status == AvailabilityStatus::kDriverError) {
       // Compiled in but broken: the user likely expects this accelerator to work.
       checks.push_back({entry.name + " driver", Outcome::kWarning, a.reason, std::nullopt});
@@ -113,6 +147,13 @@ std::vector<Check> environment_checks(nlohmann::json& overrides) {
   for (const char* name : kEnvironmentOverrides) {
     if (const char* value = std::getenv(name)) overrides[name] = value;
   }
+  for (char** variable = environ; *variable != nullptr; ++variable) {
+    const std::string_view entry(*variable);
+    const size_t equals = entry.find('=');
+    if (entry.starts_with("TORCHBRIDGE_") && equals != std::string_view::npos) {
+      overrides[std::string(entry.substr(0, equals))] = std::string(entry.substr(equals + 1));
+    }
+  }
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
       visible != nullptr && (std::string(visible).empty() || std::string(visible) == "-1")) {
     checks.push_back({"CUDA_VISIBLE_DEVICES", Outcome::kWarning,
@@ -124,7 +165,7 @@ std::vector<Check> environment_checks(nlohmann::json& overrides) {
 }  // namespace
 
 int run_doctor(const std::vector<std::string>& args) {
-  const ParsedArguments parsed = parse_arguments("doctor", args, {{"--json"}, {}});
+  const ParsedArguments parsed = parse_arguments("doctor", args, {{"--json"}, {"--backend"}});
   if (parsed.has("--help")) {
     std::cout << kHelp;
     return 0;
@@ -137,7 +178,8 @@ int run_doctor(const std::vector<std::string>& args) {
   const bool cxx11_abi = _GLIBCXX_USE_CXX11_ABI == 1;
 
   std::vector<Check> checks = library_checks();
-  for (auto& c : backend_checks()) checks.push_back(std::move(c));
+  for (auto& c : backend_checks(parsed.option("--backend"))) checks.push_back(std::move(c));
+  checks.push_back(sdk_device_check());
   nlohmann::json overrides;
   for (auto& c : environment_checks(overrides)) checks.push_back(std::move(c));
 

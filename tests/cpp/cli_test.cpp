@@ -156,6 +156,41 @@ TEST(Cli, DoctorFailsWhenTheOverrideNamesABadBackend) {
   EXPECT_EQ(json["environment_overrides"]["TORCHBRIDGE_BACKEND"], "bogus");
 }
 
+// A vendor checking a device library: doctor loads the SDK device by name and checks each of its
+// devices (here emu, told to have 3), and reports the TORCHBRIDGE_* variables that shaped it.
+TEST(Cli, DoctorChecksOneBackendByNameLoadingAnSdkDevice) {
+  const CommandResult r = run_cli("doctor --json --backend emu", "TORCHBRIDGE_EMU_DEVICES=3");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto json = nlohmann::json::parse(r.out);
+  std::vector<std::string> health;
+  std::string libraries;
+  for (const auto& check : json["checks"]) {
+    const auto name = check["name"].get<std::string>();
+    if (name.find(" health") != std::string::npos) {
+      health.push_back(name);
+      EXPECT_EQ(check["outcome"], "ok") << check.dump();
+    }
+    if (name == "SDK device libraries") libraries = check["detail"].get<std::string>();
+  }
+  EXPECT_EQ(health, (std::vector<std::string>{"emu:0 health", "emu:1 health", "emu:2 health"}));
+  EXPECT_NE(libraries.find("emu"), std::string::npos) << libraries;
+  EXPECT_EQ(json["environment_overrides"]["TORCHBRIDGE_EMU_DEVICES"], "3");
+}
+
+TEST(Cli, DoctorFailsNamingABackendItCannotLoad) {
+  const CommandResult r = run_cli("doctor --json --backend warp-drive");
+  EXPECT_EQ(r.exit_code, 1);
+  const auto json = nlohmann::json::parse(r.out);
+  bool named = false;
+  for (const auto& check : json["checks"]) {
+    if (check["name"] == "warp-drive load") {
+      named = check["outcome"] == "failure" &&
+              check["detail"].get<std::string>().find("unknown backend 'warp-drive'") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(named) << r.out;
+}
+
 TEST(Cli, DoctorWarnsWhenGpusAreHidden) {
   const CommandResult r = run_cli("doctor --json", "CUDA_VISIBLE_DEVICES=");
   const auto json = nlohmann::json::parse(r.out);
