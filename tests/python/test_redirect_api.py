@@ -277,3 +277,13 @@ def test_run_keeps_the_programs_objects_until_the_interpreter_ends(tmp_path):
         assert result.returncode == 0, result.stderr
         lines = result.stdout.splitlines()
         assert lines[0] == "interpreter exiting", lines
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_a_bare_index_names_a_cuda_device(target):
+    # torch.device(0) means the current accelerator's device 0, which torch refuses where there
+    # is none (the CPU target); accelerate's device maps name devices so.
+    with redirect.redirected(target):
+        first, second = torch.device(0), torch.device(1)
+    expected = ("emu:0", "emu:1") if target == "emu" else ("cpu", "cpu")
+    assert (str(first), str(second)) == expected

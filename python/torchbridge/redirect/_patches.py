@@ -67,6 +67,10 @@ def install(redirector, patcher):
         if _is_cpu_override(args, kwargs):  # torch itself refuses a negative index
             redirector.cpu_device_requested()
             return original_device("cpu")
+        if len(args) == 1 and not kwargs and isinstance(args[0], int) and not isinstance(args[0], bool):
+            # torch.device(0) names the current accelerator's device 0 (torch refuses it with none,
+            # as on the CPU target); programs mean CUDA's (accelerate's device maps are such ints).
+            return resolve(args[0])
         return resolve(original_device(*args, **kwargs))
 
     def make_generator(device="cpu", **kwargs):
