@@ -8,8 +8,7 @@ Scatter, Gather) and so DataParallel's gradients are torch's own.
 
 Used by redirection (the target's devices stand for CUDA's) and for an SDK device loaded where
 CUDA is unavailable (its devices are DataParallel's). comm names devices the way CUDA's kernels
-do: an int is a device index, -1 the CPU, None the current device; `device_of` turns each into a
-torch.device."""
+do: an int is a device index, -1 the CPU, None the current device."""
 
 import contextlib
 import importlib
@@ -22,8 +21,19 @@ CPU = torch._C.device("cpu")
 DATA_PARALLEL_MODULE = importlib.import_module("torch.nn.parallel.data_parallel")
 
 
-def collectives(device_of):
-    """{name: function} replacing torch.nn.parallel.comm's collectives."""
+def collectives(device_type, current_index, resolve):
+    """{name: function} replacing torch.nn.parallel.comm's collectives over `device_type`'s devices
+    (the CPU's: all of them the CPU). current_index() is the current device's index; `resolve`
+    turns a string or torch.device into the torch.device to use."""
+
+    def device_of(spec):
+        if device_type == "cpu" and (spec is None or isinstance(spec, int)):
+            return CPU
+        if spec is None:
+            return torch._C.device(device_type, current_index())
+        if isinstance(spec, int):
+            return CPU if spec < 0 else torch._C.device(device_type, spec)
+        return resolve(spec)
 
     def copies_onto(tensor, devices):
         return [tensor.to(device_of(d), copy=True) for d in devices]
@@ -103,13 +113,6 @@ def install_for_sdk_device(name, device_module):
     if torch.cuda.is_available():
         return
 
-    def device_of(spec):
-        if spec is None:
-            return torch._C.device(name, device_module.current_device())
-        if isinstance(spec, int):
-            return CPU if spec < 0 else torch._C.device(name, spec)
-        return torch._C.device(spec)
-
-    for function_name, replacement in collectives(device_of).items():
+    for function_name, replacement in collectives(name, device_module.current_device, torch._C.device).items():
         setattr(torch.nn.parallel.comm, function_name, replacement)
     DATA_PARALLEL_MODULE._check_balance = balance_check(device_module.get_device_properties)

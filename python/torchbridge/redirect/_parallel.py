@@ -8,20 +8,11 @@ import torch
 import torch.nn.parallel.comm
 
 from .. import _parallel_comm
-from ._redirector import _ORIGINAL_DEVICE
 
 
 def install(patcher, redirector, device_type):
-    cpu = _ORIGINAL_DEVICE("cpu")
-
-    def device_of(spec):
-        if spec is None:
-            return cpu if device_type == "cpu" else _ORIGINAL_DEVICE(device_type, torch.accelerator.current_device_index())
-        if isinstance(spec, int):
-            return cpu if spec < 0 or device_type == "cpu" else _ORIGINAL_DEVICE(device_type, spec)
-        return redirector.resolve(spec)
-
-    for name, replacement in _parallel_comm.collectives(device_of).items():
+    collectives = _parallel_comm.collectives(device_type, torch.accelerator.current_device_index, redirector.resolve)
+    for name, replacement in collectives.items():
         patcher.replace(torch.nn.parallel.comm, name, replacement)
     patcher.replace(_parallel_comm.DATA_PARALLEL_MODULE, "_check_balance",
                     _parallel_comm.balance_check(torch.cuda.get_device_properties))

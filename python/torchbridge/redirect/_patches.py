@@ -8,7 +8,8 @@ import torch
 import torch.nn
 import torch.utils._device
 
-from . import _cuda, _distributed, _legacy_types, _lightning, _multiprocessing, _optim, _parallel, _profiler, _serialization
+from . import (_cuda, _distributed, _legacy_types, _lightning, _multiprocessing, _optim, _parallel, _profiler,
+               _serialization)
 from ._proxy import proxy_class
 from ._redirector import logger
 

@@ -32,9 +32,9 @@ def redirect_activities(activities, device_activity):
             if keys:
                 result.append({key: item[key] for key in keys})
                 seen |= keys
-        elif mapped(item) is not None and mapped(item) not in seen:
-            result.append(mapped(item))
-            seen.add(mapped(item))
+        elif (activity := mapped(item)) is not None and activity not in seen:
+            result.append(activity)
+            seen.add(activity)
     return result or [ProfilerActivity.CPU]
 
 
