@@ -8,10 +8,10 @@
 # It builds GoogleTest from .offline/, then TorchBridge (warnings as errors) against the torch of
 # `python3`, installs the Python package into a virtual environment that sees that torch, and runs:
 # Python loading emu, the contract suite on cudasdk, `info`, `doctor`, `validate` on cpu,cuda,emu
-# and cpu,cudasdk, `portability`, the GPU benchmarks, the redirection corpus under the targets cuda,
-# cpu, emu and cudasdk, and last the whole CTest suite (C++ and Python): GPU-only results first, so
-# a device budget that runs out still has them. It prints one summary table and exits non-zero
-# when any step failed. Logs: DIR/logs/<step>.log (default DIR: /tmp/torchbridge-gpu-check).
+# and cpu,cudasdk, `portability`, the benchmarks the open issues ask for, the redirection corpus
+# under the targets cuda, cpu, emu and cudasdk, the other benchmarks, and last the whole CTest suite
+# (C++ and Python): GPU-only results first, so a device budget that runs out still has them. It
+# prints one summary table and exits non-zero when any step failed. Logs: DIR/logs/<step>.log (default DIR: /tmp/torchbridge-gpu-check).
 # --allow-no-gpu runs the same steps on a machine without a GPU (the GPU steps then report SKIP),
 # which is how the script itself is tested on the development machine. --only REGEX runs the build
 # (incremental, so nearly free when DIR already holds one) and then only the steps whose names match,
@@ -65,7 +65,7 @@ skip() { selected "$1" && record "$1" SKIP 0 "$2"; }
 # The line of a log worth showing next to a passing step (a benchmark's ratio, CTest's verdict).
 note_for() {
   case "$1" in
-    ctest) grep -E "tests passed|tests failed" "$2" | tail -1 ;;
+    ctest|ctest-gpu) grep -E "tests passed|tests failed" "$2" | tail -1 ;;
     python-loads-emu) grep -E "^emu sum" "$2" | tail -1 ;;
     bench-distributed-nccl) grep -E "buckets overlapped \(1 \+ 25" "$2" | tail -1 | cut -c1-150 ;;
     bench-*) grep -iE "goal|ratio" "$2" | tail -1 | cut -c1-150 ;;
@@ -170,6 +170,16 @@ python_probe() {  # python_probe PROGRAM: runs it; on a crash, the versions and 
   echo "--- exit $code from: $1"
   "$WORK/venv/bin/python" -c 'import torch, pybind11, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cxx11 abi", torch._C._GLIBCXX_USE_CXX11_ABI, "pybind11", pybind11.__version__)'
   ldd "$("$WORK/venv/bin/python" -c 'import importlib.util as u; print(u.find_spec("torchbridge._C").origin)')"
+  # Two C++ runtimes or unwinders in one process is the classic cause of a crash while an exception
+  # unwinds: which interpreter this is, what it links, and whether it carries its own unwinder or
+  # C++ runtime (a statically linked one exports _Unwind_* or __cxa_* and takes over every throw).
+  local interpreter
+  interpreter="$("$WORK/venv/bin/python" -c 'import os, sys; print(os.path.realpath(sys.executable))')"
+  echo "--- interpreter $interpreter"; ldd "$interpreter"
+  for lib in "$interpreter" $(ldd "$interpreter" | awk '/libpython/ {print $3}'); do
+    echo "--- unwinder and C++ runtime symbols defined by $lib:"
+    nm -D --defined-only "$lib" 2>/dev/null | grep -E ' (_Unwind_|__cxa_|__gxx_personality|_ZSt9terminate)' | head -20
+  done
   local debugger
   debugger="$(command -v gdb || command -v cuda-gdb)"
   if [[ -n "$debugger" ]]; then
@@ -218,15 +228,41 @@ gpu_step validate-cpu-cuda-emu "$CLI" validate --model builtin:transformer --bac
 gpu_step validate-cpu-cuda-bf16 "$CLI" validate --model builtin:transformer --backends cpu,cuda --dtype bf16
 gpu_step validate-cpu-cudasdk "$CLI" validate --model builtin:transformer --backends cpu,cudasdk
 step portability "$CLI" portability
-# ---- 3. benchmarks (ratios against a baseline measured in the same run) ----------------------------
+# ---- 3. the figures issues 13 and 16 ask for, then redirection, then the other benchmarks --------
+# Ratios against a baseline measured in the same run. Ordered by what a short device budget must
+# buy first: the HAL's step, the validator, checkpoint loading, cudasdk's copies, NCCL's overhead.
 BEST=cpu
 ((GPU)) && BEST=cuda
 step bench-training-step "$WORK/build/bin/training_step_benchmark" --backend "$BEST"
 step bench-validation "$WORK/build/bin/validation_benchmark" --backends "$BEST"
-# Every micro-benchmark group in one table (the GPU's SDK figures through cudasdk are separate).
-step bench-all "$CLI" bench   # cpu and the best accelerator (cuda on a GPU machine)
 gpu_step bench-checkpoint-load "$WORK/venv/bin/python" "$ROOT/bench/checkpoint_benchmark.py" --size-mib 1024 \
   --repeats 3 --device cuda --device-load "$WORK/build/bin/checkpoint_device_load"
+if [[ -x "$WORK/build/bin/cudasdk_copy_benchmark" ]]; then
+  gpu_step bench-cudasdk-copy "$WORK/build/bin/cudasdk_copy_benchmark"
+else
+  skip bench-cudasdk-copy "not built (no CUDA toolkit at build time)"
+fi
+# Issue 16's GPU figure: data parallel over NCCL in a world of one against no communication (<= 1.02x).
+gpu_step bench-distributed-nccl "$WORK/venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node 1 \
+  --no-python "$WORK/build/bin/distributed_benchmark" 8 4096 256 11 cuda
+
+# What only a GPU machine can show about redirection: the corpus under every target, programs in
+# parallel (each is its own process; 17 programs x 4 targets one after another took minutes).
+TARGETS=cpu,emu
+((GPU)) && TARGETS=cpu,cuda,emu,cudasdk
+PYTEST_WORKERS=()  # pytest-xdist where the machine has it (the GPU image does; the dev venv need not)
+"$WORK/venv/bin/python" -c 'import xdist' 2>/dev/null && PYTEST_WORKERS=(-n "$(( JOBS < 8 ? JOBS : 8 ))")
+step redirect-corpus env TORCHBRIDGE_REDIRECT_TARGETS="$TARGETS" "$WORK/venv/bin/python" -m pytest -q \
+  -p no:cacheprovider "${PYTEST_WORKERS[@]}" "$ROOT/tests/python/test_redirect_corpus.py"
+
+# The CTest entries that touch CUDA, NCCL or the one-accelerator rule (CUDA backend, cudasdk's
+# runtime, the contract suite's cuda cases, the contract devices, NCCL, test_one_accelerator), ahead
+# of the whole suite, which a short device budget may not reach.
+step ctest-gpu ctest --test-dir "$WORK/build" --output-on-failure --timeout 300 -j 8 \
+  -R '[Cc]uda|Gpu|Nccl|accelerator|Accelerator|contract\.'
+
+# Every micro-benchmark group in one table (the GPU's SDK figures through cudasdk are separate).
+step bench-all "$CLI" bench   # cpu and the best accelerator (cuda on a GPU machine)
 # Issue 14's GPU figures: FP8 Linear vs bf16 at 8192 (goal >= 1.3x, through torch._scaled_mm),
 # FP8-vs-BF16 training accuracy on the built-in transformer, O2 bf16 vs fp32 (goal >= 2x).
 gpu_step bench-fp8 "$WORK/build/bin/fp8_benchmark" cuda 8192 5
@@ -237,21 +273,8 @@ gpu_step bench-activation-checkpoint "$WORK/build/bin/activation_checkpoint_benc
 gpu_step bench-optimizer-offload "$WORK/build/bin/optimizer_offload_benchmark" cuda 24 2048 64 5
 gpu_step bench-activation-checkpoint-python "$WORK/venv/bin/python" "$ROOT/bench/activation_checkpoint_benchmark.py" \
   --device cuda --d-model 768 --seq 1024 --batch 8
-# Issue 16's GPU figure: data parallel over NCCL in a world of one against no communication (<= 1.02x).
-gpu_step bench-distributed-nccl "$WORK/venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node 1 \
-  --no-python "$WORK/build/bin/distributed_benchmark" 8 4096 256 11 cuda
-if [[ -x "$WORK/build/bin/cudasdk_copy_benchmark" ]]; then
-  gpu_step bench-cudasdk-copy "$WORK/build/bin/cudasdk_copy_benchmark"
-else
-  skip bench-cudasdk-copy "not built (no CUDA toolkit at build time)"
-fi
 
-# ---- 4. what only a GPU machine can show about redirection, then the whole suites ---------------
-TARGETS=cpu,emu
-((GPU)) && TARGETS=cpu,cuda,emu,cudasdk
-step redirect-corpus env TORCHBRIDGE_REDIRECT_TARGETS="$TARGETS" "$WORK/venv/bin/python" -m pytest -q \
-  -p no:cacheprovider "$ROOT/tests/python/test_redirect_corpus.py"
-
+# ---- 4. the whole suites ---------------------------------------------------------------------------
 # Last, because most of it already passes on the CPU machine and it is the longest step (636 s at
 # -j16 on the H100): a device budget that runs out here has already bought every GPU-only result.
 # A test without a TIMEOUT of its own gets 10 minutes: a hang fails its entry instead of the check.
