@@ -20,7 +20,7 @@ case "$mode" in
   start)
     rm -rf "$STATE"; mkdir -p "$STATE"
     # setsid: a new session, so the check is not killed with the calling command.
-    setsid bash -c '"$1"/scripts/gpu-check.sh --work "$2" "${@:4}" >"$3/output" 2>&1 </dev/null; echo $? >"$3/rc"' \
+    setsid bash -c 'bash "$1"/scripts/gpu-check.sh --work "$2" "${@:4}" >"$3/output" 2>&1 </dev/null; echo $? >"$3/rc"' \
       _ "$ROOT" "$WORK" "$STATE" "$@" &
     ;;
   wait) [[ -d "$STATE" ]] || { echo "gpu-check-detached: nothing started in $STATE" >&2; exit 2; } ;;
@@ -34,13 +34,13 @@ if [[ -n "${OUT:-}" ]]; then
   tar czf "$OUT/gpu-check-logs.tgz" -C "$WORK" logs detached 2>/dev/null
 fi
 if [[ ! -f "$STATE/rc" ]]; then
-  grep '^\[gpu-check\]' "$STATE/output" | grep -v ' running ' || true
-  echo "gpu-check-detached: still running ($(grep ' running ' "$STATE/output" | tail -1 | cut -c13-)); call '$0 wait' again"
+  grep '^\[gpu-check\]' "$STATE/output" | grep -v '^\[gpu-check\] running ' || true
+  echo "gpu-check-detached: still running ($(grep '^\[gpu-check\] running ' "$STATE/output" | tail -1 | cut -c13-)); call '$0 wait' again"
   exit 3
 fi
 if grep -q '^TorchBridge GPU check' "$STATE/output"; then
   sed -n '/^TorchBridge GPU check/,$p' "$STATE/output"
 else  # it stopped before its summary (a failed build, a bad argument)
-  grep '^\[gpu-check\]' "$STATE/output" | grep -v ' running '; tail -n 5 "$STATE/output"
+  grep '^\[gpu-check\]' "$STATE/output" | grep -v '^\[gpu-check\] running '; tail -n 5 "$STATE/output"
 fi
 exit "$(cat "$STATE/rc")"
