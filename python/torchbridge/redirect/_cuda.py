@@ -8,7 +8,7 @@ import torch
 
 from ..backends import BackendFactory
 from ..backends.device_info import cuda_capability
-from . import _cuda_unavailable
+from . import _cuda_native, _cuda_unavailable
 from ._host import HostEvent, HostStream
 from ._proxy import proxy_class
 
@@ -27,6 +27,8 @@ RANDOM_FUNCTIONS = ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_
 def build(redirector):
     """A {name: replacement} map for torch.cuda, and the device type of the target."""
     target = BackendFactory.create(redirector.target)
+    if target.device.type == "cuda":  # torch.cuda is the target's own namespace: kept, not replaced
+        return _cuda_native.replacements(redirector), "cuda"
     original_memory_summary = torch.cuda.memory.memory_summary
     device_type = target.device.type
     on_cpu = device_type == "cpu"

@@ -253,8 +253,9 @@ def install(redirector, patcher):
             patcher.replace(torch.cuda.memory, name, replacement)
         if name in _cuda.RANDOM_FUNCTIONS:
             patcher.replace(torch.cuda.random, name, replacement)
-    for name, replacement in _cuda.nvtx_replacements().items():
-        patcher.replace(torch.cuda.nvtx, name, replacement)
+    if target_type != "cuda":  # CUDA's own NVTX ranges work where CUDA is the target
+        for name, replacement in _cuda.nvtx_replacements().items():
+            patcher.replace(torch.cuda.nvtx, name, replacement)
 
     # -- child processes started by multiprocessing redirect as this one does ---------------------------
     _multiprocessing.install(patcher, redirector)

@@ -1,0 +1,59 @@
+"""torch.cuda when the target is CUDA itself (``TORCHBRIDGE_BACKEND=cuda`` on an NVIDIA machine).
+
+torch.cuda then stays torch's own: its functions, classes and return types are the real ones, not
+the target-generic replacements of ``_cuda.build`` (those call the target's device module, which
+here is the very namespace they replace: every call recursed until Python gave up, as the corpus
+did on the H200 run of 2026-11-26). What redirection still adds is the device policy: a function
+given a device gets it resolved first, so an index beyond this machine's GPUs wraps as a tensor's
+does, and ``cpu:-1`` or ``torchbridge.redirect.cpu()`` apply."""
+
+import functools
+import inspect
+
+import torch
+
+# torch.cuda functions that take a device (their parameter is named so in torch.cuda and
+# torch.cuda.memory / torch.cuda.random, which _patches replaces alike).
+DEVICE_TAKING = ("set_device", "get_device_name", "get_device_capability", "get_device_properties",
+                 "synchronize", "memory_allocated", "max_memory_allocated", "memory_reserved",
+                 "max_memory_reserved", "memory_stats", "reset_peak_memory_stats", "mem_get_info",
+                 "memory_summary", "memory_stats_as_nested_dict", "reset_accumulated_memory_stats",
+                 "get_rng_state", "set_rng_state", "current_stream", "default_stream")
+
+
+def _names_a_device(value) -> bool:
+    return isinstance(value, (str, int, torch.device)) and not isinstance(value, bool)
+
+
+def _resolving_device(function, resolve):
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        device = bound.arguments.get("device")
+        if _names_a_device(device) and not (isinstance(device, int) and device < 0):
+            bound.arguments["device"] = resolve(device)
+        return function(*bound.args, **bound.kwargs)
+
+    return wrapper
+
+
+def replacements(redirector) -> dict:
+    """{name: replacement} for torch.cuda, each wrapping torch's own function as it is now."""
+    resolve = redirector.resolve
+    namespace = {name: _resolving_device(getattr(torch.cuda, name), resolve)
+                 for name in DEVICE_TAKING if hasattr(torch.cuda, name)}
+    original_device = torch.cuda.device
+
+    class device(original_device):
+        """torch.cuda.device, for the resolved device (a negative index still means "leave the
+        current device alone"); a subclass, so isinstance checks against torch's class hold."""
+
+        def __init__(self, device):
+            if _names_a_device(device) and not (isinstance(device, int) and device < 0):
+                device = resolve(device)
+            super().__init__(device)
+
+    namespace["device"] = device
+    return namespace
