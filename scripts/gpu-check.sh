@@ -158,12 +158,12 @@ fi
 # ---- 2. the GPU-only checks first (a lent machine's time is short) ------------------------------
 export PATH="$WORK/venv/bin:$PATH"
 CLI="$WORK/build/bin/torchbridge"
-# The H100 run of 2026-11-25 (torch 2.11.0+cu130, Python 3.12) saw Python processes die with
-# SIGSEGV when a C++ exception was thrown after either the std::regex then in the device-name check
-# had run or CUDA had been initialised, while C++ processes ran the same code (docs/device-sdk.md,
-# "The Python-only crash of the first H100 run"; it did not reproduce on the CPU machine). This step
-# runs one program per suspect and a control, and when one crashes, runs it again under a
-# debugger, so the log holds the native stack and the loaded libraries.
+# The H100 and H200 runs (2026-11-25, -26) saw Python processes die with SIGSEGV when a C++
+# exception was built or thrown after the std::regex then in the device-name check had run or CUDA
+# had been initialised: two C++ runtimes in one process, the image's /opt/gcc linking libstdc++
+# statically (docs/device-sdk.md, "The Python-only crash of the GPU runs"; the one-cxx-runtime step
+# checks the fix). This step still runs one program per old suspect and a control, and when one
+# crashes, runs it again under a debugger, so the log holds the native stack and the libraries.
 python_probe() {  # python_probe PROGRAM: runs it; on a crash, the versions and the native stack
   "$WORK/venv/bin/python" -X faulthandler -c "$1"
   local code=$?

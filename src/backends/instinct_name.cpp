@@ -1,5 +1,5 @@
 // Parsed by hand rather than with std::regex, like the device-name check (docs/device-sdk.md,
-// "The Python-only crash of the first H100 run").
+// "The Python-only crash of the GPU runs").
 #include "backends/instinct_name.h"
 
 #include <cctype>

@@ -60,7 +60,7 @@ const std::pair<const char*, size_t> kRequiredEntries[] = {
 // A device name becomes a file name (libtorchbridge_device_NAME.so) and torch's PrivateUse1
 // backend name, so it must be a lower-case identifier: [a-z][a-z0-9_]*. Checked by a loop, not a
 // std::regex: the regex that stood here ran before most of the Python-only crashes of the first
-// H100 run (docs/device-sdk.md, "The Python-only crash of the first H100 run").
+// H100 run (docs/device-sdk.md, "The Python-only crash of the GPU runs").
 bool is_device_name(const std::string& name) {
   const auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
   const auto digit = [](char c) { return c >= '0' && c <= '9'; };
