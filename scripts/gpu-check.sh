@@ -68,7 +68,7 @@ note_for() {
   case "$1" in
     ctest|ctest-gpu) grep -E "tests passed|tests failed" "$2" | tail -1 ;;
     python-loads-emu) grep -E "^emu sum" "$2" | tail -1 ;;
-    bench-distributed-nccl) grep -E "buckets overlapped \(1 \+ 25" "$2" | tail -1 | cut -c1-150 ;;
+    bench-distributed-nccl) grep -E "overhead with gradients as bucket views" "$2" | tail -1 | cut -c1-150 ;;
     bench-*) grep -iE "goal|ratio" "$2" | tail -1 | cut -c1-150 ;;
     validate-*) grep -E "^Result:" "$2" | tail -1 ;;
     portability) grep -E "^== Result" "$2" | tail -1 ;;

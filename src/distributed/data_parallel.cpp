@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #include <torch/nn/module.h>
 
@@ -32,6 +33,20 @@ void named(const ProcessGroup& group, const std::string& what, const Step& step)
     group.raise_failure("DataParallel " + what, e);
   }
 }
+
+// In a world of one the average of the gradients is the gradients. c10d's reducer would still
+// scale every bucket by 1/world, a pass over all gradients; this hook all-reduces each bucket as it
+// is (the collective stays, so the step is the same shape as in a larger world). With gradients
+// as bucket views nothing then touches the gradients between backward and the optimizer.
+class UnscaledAllReduceHook : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
+ public:
+  using CppCommHookInterface::CppCommHookInterface;
+
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    std::vector<at::Tensor> tensors{bucket.getBufferRef()};
+    return state_->allreduce(tensors)->getFuture();
+  }
+};
 
 ModelTensors tensors_of(torch::nn::Module& module) {
   ModelTensors tensors;
@@ -90,10 +105,14 @@ DataParallel::DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGro
   bucket_count_ = buckets.size();
   reducer_ = std::make_unique<c10d::Reducer>(
       parameters_, std::move(buckets), native, std::vector<bool>(parameters_.size(), false), options.bucket_bytes,
-      options.find_unused_parameters, /*gradient_as_bucket_view=*/false, std::move(names),
+      options.find_unused_parameters, options.gradient_as_bucket_view, std::move(names),
       options.first_bucket_bytes, /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
       std::vector<int64_t>(bucket_limits.begin(), bucket_limits.end()));
-  if (host_staging_) reducer_->register_comm_hook(make_host_staging_hook(group_));
+  if (host_staging_) {
+    reducer_->register_comm_hook(make_host_staging_hook(group_));
+  } else if (group_->world_size() == 1) {
+    reducer_->register_comm_hook(std::make_unique<UnscaledAllReduceHook>(native));
+  }
 }
 
 DataParallel::~DataParallel() = default;

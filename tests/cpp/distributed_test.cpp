@@ -181,6 +181,61 @@ TEST(ProcessGroup, NcclWorldOfOneReducesCudaTensorsAndKeepsGlooForTheCpus) {
   EXPECT_TRUE(at::equal(trained->bias.grad().cpu(), reference->bias.grad().cpu()));
 }
 
+// Gradients as bucket views, in a world of one (Gloo, the CPU): after each step every gradient
+// equals plain backward's bit for bit, the gradients of parameters in one bucket share its
+// storage, and zeroing them in place keeps them there step after step (nothing is copied back)
+// once the reducer has rebuilt its buckets after the first step.
+// Without the option the gradients are the parameters' own tensors.
+TEST(DataParallel, GradientsAsBucketViewsShareTheBucketAndEqualPlainBackward) {
+  const auto group = init(LaunchEnvironment{}, InitOptions{});
+  torch::manual_seed(0);
+  torch::nn::Linear first(16, 32), second(32, 8), reference_first(16, 32), reference_second(32, 8);
+  {
+    const at::NoGradGuard no_grad;
+    reference_first->weight.copy_(first->weight);
+    reference_first->bias.copy_(first->bias);
+    reference_second->weight.copy_(second->weight);
+    reference_second->bias.copy_(second->bias);
+  }
+  ModelTensors model;
+  model.parameters = {{"first.weight", first->weight}, {"first.bias", first->bias},
+                      {"second.weight", second->weight}, {"second.bias", second->bias}};
+  DataParallelOptions options;
+  options.gradient_as_bucket_view = true;
+  DataParallel parallel(model, group, options);  // 5 KiB: one bucket
+
+  const std::vector<at::Tensor> trained = {first->weight, first->bias, second->weight, second->bias};
+  const std::vector<at::Tensor> reference = {reference_first->weight, reference_first->bias,
+                                             reference_second->weight, reference_second->bias};
+  const void* bucket = nullptr;
+  for (int step = 0; step < 3; ++step) {
+    for (const auto& p : trained) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+    for (const auto& p : reference) p.mutable_grad().reset();
+    const at::Tensor x = at::randn({4, 16});
+    parallel.backward(second->forward(first->forward(x).relu()).square().mean());
+    reference_second->forward(reference_first->forward(x).relu()).square().mean().backward();
+    for (size_t i = 0; i < trained.size(); ++i) {
+      EXPECT_TRUE(at::equal(trained[i].grad(), reference[i].grad())) << "parameter " << i << ", step " << step;
+      EXPECT_TRUE(trained[i].grad().is_alias_of(trained[0].grad())) << "parameter " << i << " is not in the bucket";
+    }
+    // After the first step the reducer rebuilds its buckets once, in the order gradients arrived.
+    const void* storage = trained[0].grad().storage().data();
+    if (step == 1) bucket = storage;
+    if (step > 1) {
+      EXPECT_EQ(storage, bucket) << "step " << step << ": the gradients left their bucket";
+    }
+  }
+
+  torch::nn::Linear alone(16, 8);
+  ModelTensors plain;
+  plain.parameters = {{"weight", alone->weight}, {"bias", alone->bias}};
+  DataParallel without(plain, group);
+  without.backward(alone->forward(at::randn({4, 16})).square().mean());
+  EXPECT_FALSE(alone->weight.grad().is_alias_of(alone->bias.grad()));
+}
+
 // A port nobody listens on: bind one, note it, close it.
 int unused_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
