@@ -43,18 +43,19 @@ void bind_distributed(py::module_& m) {
   py::class_<DataParallel>(m, "_DataParallel")
       .def(py::init([](const std::vector<std::string>& names, const std::vector<uintptr_t>& parameters,
                        const std::vector<uintptr_t>& buffers, std::shared_ptr<ProcessGroup> group,
-                       int64_t bucket_bytes, int64_t first_bucket_bytes) {
+                       int64_t bucket_bytes, int64_t first_bucket_bytes, bool gradient_as_bucket_view) {
              distributed::ModelTensors model;
              for (size_t i = 0; i < parameters.size(); ++i) model.parameters.emplace_back(names.at(i), tensor_at(parameters[i]));
              for (const uintptr_t buffer : buffers) model.buffers.push_back(tensor_at(buffer));
              distributed::DataParallelOptions options;
              options.bucket_bytes = bucket_bytes;
              options.first_bucket_bytes = first_bucket_bytes;
+             options.gradient_as_bucket_view = gradient_as_bucket_view;
              const py::gil_scoped_release no_gil;  // collectives wait for the other ranks
              return std::make_unique<DataParallel>(model, std::move(group), options);
            }),
            py::arg("names"), py::arg("parameters"), py::arg("buffers"), py::arg("group"), py::arg("bucket_bytes"),
-           py::arg("first_bucket_bytes"))
+           py::arg("first_bucket_bytes"), py::arg("gradient_as_bucket_view"))
       // The GIL is released: the autograd engine takes it for Python nodes of the graph itself.
       .def(
           "backward", [](DataParallel& self, uintptr_t loss) { self.backward(tensor_at(loss)); }, py::arg("loss"),

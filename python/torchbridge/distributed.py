@@ -58,10 +58,12 @@ class DataParallel(torch.nn.Module):
     models must have the same parameter shapes: a difference is an error naming the ranks and
     the parameter); ``backward(loss)`` leaves every parameter's gradient averaged over the ranks.
     Calling the wrapper calls ``module``. The parameters must be on one device: the CPU or an SDK
-    device."""
+    device. ``gradient_as_bucket_view``, as in DDP: gradients become views into the all-reduce
+    buckets, which saves copying them back (and in, while they are zeroed in place rather than set
+    to None); a gradient then must not be detached in place or given new storage."""
 
     def __init__(self, module: torch.nn.Module, group: ProcessGroup, bucket_cap_mb: float = 25.0,
-                 first_bucket_mb: float = 1.0):
+                 first_bucket_mb: float = 1.0, gradient_as_bucket_view: bool = False):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"DataParallel wraps a torch.nn.Module, got {type(module).__name__}")
@@ -77,7 +79,7 @@ class DataParallel(torch.nn.Module):
         # The C++ side holds its own references to these tensors; the lists keep them alive for the call.
         self._impl = _C._DataParallel([name for name, _ in named], [p._cdata for _, p in named],
                                       [b._cdata for b in buffers], group, int(bucket_cap_mb * 2**20),
-                                      int(first_bucket_mb * 2**20))
+                                      int(first_bucket_mb * 2**20), bool(gradient_as_bucket_view))
         self.group = group
 
     def forward(self, *args, **kwargs):

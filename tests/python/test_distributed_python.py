@@ -38,6 +38,28 @@ def test_a_world_of_one_without_torchrun(monkeypatch):
     assert torch.equal(model.weight.grad, expected.weight.grad)
 
 
+def test_gradients_as_bucket_views_equal_plain_backward_and_share_the_bucket(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    group = tbd.init()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    expected = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    expected.load_state_dict(model.state_dict())
+    wrapped = tbd.DataParallel(model, group, gradient_as_bucket_view=True)
+    for _ in range(3):
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.zero_()
+        expected.zero_grad(set_to_none=True)
+        x = torch.randn(3, 4)
+        wrapped.backward(wrapped(x).square().mean())
+        expected(x).square().mean().backward()
+        for got, want in zip(model.parameters(), expected.parameters()):
+            assert torch.equal(got.grad, want.grad)
+        grads = [p.grad for p in model.parameters()]
+        assert all(g.untyped_storage().data_ptr() == grads[0].untyped_storage().data_ptr() for g in grads)
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="timeout must be a positive number of seconds, got 0"):
         tbd.init(timeout=0)
