@@ -11,8 +11,9 @@ matrices; an untied output head).
                    its data is read when touched, so timing the load call alone would flatter it.
   load to emu      the C++ reader (build/bin/checkpoint_device_load) vs one memcpy of as many bytes
   load to a GPU    with --device cuda: the C++ reader straight to the GPU vs
-                   safetensors.torch.load_file(device="cuda") and vs the host-to-device bandwidth
-                   of one copy from pinned memory measured in the same run
+                   safetensors.torch.load_file(device="cuda") and vs the host path measured in the
+                   same run: one memcpy of the file's bytes out of its mapping plus one
+                   host-to-device copy of as many bytes from pinned memory
   save             torchbridge.checkpoint.save vs writing the same bytes sequentially; both fsync
   peak memory      anonymous memory each loader adds at its peak (sampled every millisecond from
                    outside the loading process) vs the largest tensor
@@ -466,7 +467,14 @@ def load_to_gpu(args, st_path, total, repeats):
         vs_bandwidth = bandwidth_s / ours
         line(f"{args.device} load, {cache}", f"{ours:.3f} s ({total / ours / 1e9:.2f} GB/s)",
              f"safetensors {reference_s:.3f} s; ratio {vs_safetensors:.2f}x; " + goal(">= 1x", vs_safetensors >= 1))
-        line(f"  speed / pinned copy bandwidth, {cache}", f"{vs_bandwidth:.2f}x", goal(">= 0.8x", vs_bandwidth >= 0.8))
+        # The baseline for the host side: the file's bytes copied out of the page cache
+        # (one memcpy from the mapping, measured by the same program) plus the pinned copy above.
+        host_path_s = result["memcpy_from_file_s"] + bandwidth_s
+        vs_host_path = host_path_s / ours
+        line(f"  speed / (file memcpy + pinned copy), {cache}", f"{vs_host_path:.2f}x",
+             f"{result['memcpy_from_file_s']:.3f} s + {bandwidth_s:.3f} s; " + goal(">= 0.8x", vs_host_path >= 0.8))
+        line(f"  (information) speed / pinned copy alone, {cache}", f"{vs_bandwidth:.2f}x",
+             "the DMA without reading the file")
         line("  (information) staged through pinned", f"{result['staged_s']:.3f} s",
              f"{result['staged_s'] / ours:.2f}x the direct load's time")
 
