@@ -89,13 +89,15 @@ def test_the_device_scope_is_torchs_class_for_the_resolved_device(gpu_namespace)
         assert isinstance(scope, torchs_device_class) and scope.idx == 0
     with torch.cuda.device(-1) as untouched:  # "leave the current device alone", as in torch
         assert untouched.idx == -1
-    assert received == [("device", torch.device("cuda", 0)), ("device", -1)]
+    with torch.cuda.device_of(torch.zeros(2)) as of_a_cpu_tensor:  # not CUDA's: leaves the device alone
+        assert isinstance(of_a_cpu_tensor, torch.cuda.device) and of_a_cpu_tensor.idx == -1
+    assert received == [("device", torch.device("cuda", 0)), ("device", -1), ("device", -1)]
 
 
 def test_what_takes_no_device_stays_torchs_own_object(gpu_namespace):
     """is_available, Stream, Event, streams and the rest are not replaced: torch's real ones answer."""
     namespace, _ = _cuda.build(OneGpuPolicy())
-    assert set(namespace) <= {"device", "set_device", "get_device_name", "get_device_capability",
+    assert set(namespace) <= {"device", "device_of", "set_device", "get_device_name", "get_device_capability",
                               "get_device_properties", "synchronize", "memory_allocated", "max_memory_allocated",
                               "memory_reserved", "max_memory_reserved", "memory_stats", "reset_peak_memory_stats",
                               "mem_get_info", "memory_summary", "memory_stats_as_nested_dict",

@@ -55,5 +55,13 @@ def replacements(redirector) -> dict:
                 device = resolve(device)
             super().__init__(device)
 
+    class device_of(device):
+        """torch.cuda.device_of: the device of a CUDA tensor, a no-op for any other tensor; derived
+        from the class above, as torch's derives from its own, so isinstance checks agree."""
+
+        def __init__(self, obj):
+            super().__init__(obj.get_device() if obj.is_cuda else -1)
+
     namespace["device"] = device
+    namespace["device_of"] = device_of
     return namespace
