@@ -11,7 +11,7 @@
 # wrongly, or crashes, once torch is imported (tests/cxx_runtime/static_toolchain.sh).
 #
 # torchbridge_use_torchs_cxx_runtime(REFERENCE_LIBRARY) probes whether this compiler, with the
-# flags of this build, links the C++ runtime into a shared library. If it does, every C++ target
+# flags of this build, links the C++ runtime into a shared library or a program. If it does, every C++ target
 # of the calling directory and below is linked against the libstdc++.so.6 that REFERENCE_LIBRARY
 # (a torch library) loads, ahead of the toolchain's static archive, which then contributes
 # nothing. A toolchain that links the runtime dynamically is left as it is.
@@ -23,26 +23,42 @@ function(torchbridge_use_torchs_cxx_runtime reference_library)
   file(MAKE_DIRECTORY "${probe_dir}")
   file(WRITE "${probe_dir}/probe.cpp"
        "#include <sstream>\n#include <string>\n"
-       "std::string torchbridge_probe(long v) { std::ostringstream s; s << v; return s.str(); }\n")
-  separate_arguments(compile_flags UNIX_COMMAND "${CMAKE_CXX_FLAGS}")
-  separate_arguments(link_flags UNIX_COMMAND "${CMAKE_SHARED_LINKER_FLAGS}")
-  execute_process(
-    COMMAND "${CMAKE_CXX_COMPILER}" ${compile_flags} -fPIC -shared "${probe_dir}/probe.cpp" ${link_flags}
-            -o "${probe_dir}/probe.so"
-    RESULT_VARIABLE probe_result ERROR_VARIABLE probe_error OUTPUT_QUIET)
-  if(NOT probe_result EQUAL 0)
-    message(FATAL_ERROR "TorchBridge: could not build a one-line shared library with ${CMAKE_CXX_COMPILER} "
-                        "to see how it links the C++ runtime:\n${probe_error}")
-  endif()
+       "std::string torchbridge_probe(long v) { std::ostringstream s; s << v; return s.str(); }\n"
+       "#ifdef PROBE_MAIN\nint main() { return torchbridge_probe(7).size() == 1 ? 0 : 1; }\n#endif\n")
   find_program(TORCHBRIDGE_READELF NAMES readelf "${CMAKE_READELF}")
   if(NOT TORCHBRIDGE_READELF)
     message(FATAL_ERROR "TorchBridge: readelf (binutils) is needed to see how ${CMAKE_CXX_COMPILER} links "
                         "the C++ runtime; install binutils")
   endif()
-  execute_process(COMMAND "${TORCHBRIDGE_READELF}" -d "${probe_dir}/probe.so" OUTPUT_VARIABLE dynamic_section)
-  if(dynamic_section MATCHES "NEEDED[^\n]*libstdc\\+\\+\\.so" OR dynamic_section MATCHES "NEEDED[^\n]*libc\\+\\+\\.so")
+  # A shared library and a program, each with this build's flags: a toolchain (or a flag) may link
+  # the runtime statically into either.
+  separate_arguments(compile_flags UNIX_COMMAND "${CMAKE_CXX_FLAGS}")
+  separate_arguments(shared_flags UNIX_COMMAND "${CMAKE_SHARED_LINKER_FLAGS}")
+  separate_arguments(program_flags UNIX_COMMAND "${CMAKE_EXE_LINKER_FLAGS}")
+  set(static_in "")
+  foreach(kind "shared libraries" "programs")
+    if(kind STREQUAL "shared libraries")
+      set(arguments -fPIC -shared "${probe_dir}/probe.cpp" ${shared_flags} -o "${probe_dir}/probe.so")
+      set(output "${probe_dir}/probe.so")
+    else()
+      set(arguments -DPROBE_MAIN "${probe_dir}/probe.cpp" ${program_flags} -o "${probe_dir}/probe")
+      set(output "${probe_dir}/probe")
+    endif()
+    execute_process(COMMAND "${CMAKE_CXX_COMPILER}" ${compile_flags} ${arguments}
+                    RESULT_VARIABLE probe_result ERROR_VARIABLE probe_error OUTPUT_QUIET)
+    if(NOT probe_result EQUAL 0)
+      message(FATAL_ERROR "TorchBridge: could not build a probe (${kind}) with ${CMAKE_CXX_COMPILER} to see "
+                          "how it links the C++ runtime:\n${probe_error}")
+    endif()
+    execute_process(COMMAND "${TORCHBRIDGE_READELF}" -d "${output}" OUTPUT_VARIABLE dynamic_section)
+    if(NOT dynamic_section MATCHES "NEEDED[^\n]*lib(stdc|c)\\+\\+\\.so")
+      list(APPEND static_in "${kind}")
+    endif()
+  endforeach()
+  if(NOT static_in)
     return()  # the shared runtime: the one torch uses is found at run time
   endif()
+  string(REPLACE ";" " and " static_in "${static_in}")
 
   # The libstdc++.so.6 torch loads, as the dynamic loader resolves it for torch's own library.
   execute_process(COMMAND ldd "${reference_library}" OUTPUT_VARIABLE loaded RESULT_VARIABLE ldd_result)
@@ -50,12 +66,12 @@ function(torchbridge_use_torchs_cxx_runtime reference_library)
   set(runtime "${CMAKE_MATCH_1}")
   if(NOT ldd_result EQUAL 0 OR NOT runtime OR NOT EXISTS "${runtime}")
     message(FATAL_ERROR
-      "TorchBridge: ${CMAKE_CXX_COMPILER} links the C++ runtime statically into shared libraries, and "
+      "TorchBridge: ${CMAKE_CXX_COMPILER} links the C++ runtime statically into ${static_in}, and "
       "the shared libstdc++.so.6 that torch loads could not be found through 'ldd ${reference_library}'. "
       "A second copy of libstdc++ beside torch's breaks iostreams and locales at run time (see "
       "cmake/OneCxxRuntime.cmake). Use a compiler that links libstdc++ dynamically.")
   endif()
-  message(STATUS "TorchBridge: ${CMAKE_CXX_COMPILER} links libstdc++ statically into shared libraries; "
+  message(STATUS "TorchBridge: ${CMAKE_CXX_COMPILER} links libstdc++ statically into ${static_in}; "
                  "linking torch's ${runtime} instead, so each process has one C++ runtime")
   set(CMAKE_CXX_STANDARD_LIBRARIES "${CMAKE_CXX_STANDARD_LIBRARIES} ${runtime}" PARENT_SCOPE)
 endfunction()
