@@ -25,11 +25,6 @@ function(torchbridge_use_torchs_cxx_runtime reference_library)
        "#include <sstream>\n#include <string>\n"
        "std::string torchbridge_probe(long v) { std::ostringstream s; s << v; return s.str(); }\n"
        "#ifdef PROBE_MAIN\nint main() { return torchbridge_probe(7).size() == 1 ? 0 : 1; }\n#endif\n")
-  find_program(TORCHBRIDGE_READELF NAMES readelf "${CMAKE_READELF}")
-  if(NOT TORCHBRIDGE_READELF)
-    message(FATAL_ERROR "TorchBridge: readelf (binutils) is needed to see how ${CMAKE_CXX_COMPILER} links "
-                        "the C++ runtime; install binutils")
-  endif()
   # A shared library and a program, each with this build's flags: a toolchain (or a flag) may link
   # the runtime statically into either.
   separate_arguments(compile_flags UNIX_COMMAND "${CMAKE_CXX_FLAGS}")
@@ -50,8 +45,9 @@ function(torchbridge_use_torchs_cxx_runtime reference_library)
       message(FATAL_ERROR "TorchBridge: could not build a probe (${kind}) with ${CMAKE_CXX_COMPILER} to see "
                           "how it links the C++ runtime:\n${probe_error}")
     endif()
-    execute_process(COMMAND "${TORCHBRIDGE_READELF}" -d "${output}" OUTPUT_VARIABLE dynamic_section)
-    if(NOT dynamic_section MATCHES "NEEDED[^\n]*lib(stdc|c)\\+\\+\\.so")
+    # ldd (glibc's, as for torch's runtime below) lists the shared runtime when the probe needs it.
+    execute_process(COMMAND ldd "${output}" OUTPUT_VARIABLE dependencies)
+    if(NOT dependencies MATCHES "lib(stdc|c)\\+\\+\\.so")
       list(APPEND static_in "${kind}")
     endif()
   endforeach()
