@@ -1,20 +1,22 @@
 # One C++ runtime per process, and it is torch's.
 #
-# Some toolchains link libstdc++ statically into every shared library they build: the GPU images'
-# /opt/gcc (GCC 13.3) does. A TorchBridge library that carries its own copy of libstdc++ into a
-# process where torch has loaded the shared libstdc++.so.6 gets two sets of iostream and locale
-# state whose symbols interpose on each other: a facet looked up by the index one copy assigned
-# can be another facet in the other copy. On the H200 run (2026-11-26) a Python process died with
+# Some toolchains link libstdc++ statically into the shared libraries they build: the GPU images'
+# /opt/gcc (GCC 13.3) did (libstdc++'s own functions turned up inside libtorchbridge.so). A
+# TorchBridge library that carries its own copy of libstdc++ into a process where torch has loaded
+# the shared libstdc++.so.6 gets two sets of iostream and locale state whose symbols interpose on
+# each other: a facet looked up by the index one copy assigned can be another facet in the other
+# copy. On the H200 run (2026-11-26) a Python process died with
 # SIGSEGV inside std::ostream::_M_insert<long>, found in libtorchbridge itself, while formatting
 # an exception's message after CUDA's initialisation; the H100 run's Python crashes (2026-11-25)
 # came at the same kind of place. A library built so on the development machine formats a number
 # wrongly, or crashes, once torch is imported (tests/cxx_runtime/static_toolchain.sh).
 #
 # torchbridge_use_torchs_cxx_runtime(REFERENCE_LIBRARY) probes whether this compiler, with the
-# flags of this build, links the C++ runtime into a shared library or a program. If it does, every C++ target
-# of the calling directory and below is linked against the libstdc++.so.6 that REFERENCE_LIBRARY
-# (a torch library) loads, ahead of the toolchain's static archive, which then contributes
-# nothing. A toolchain that links the runtime dynamically is left as it is.
+# flags of this build, links the C++ runtime statically into a shared library or a program. If
+# it does, every C++ target of the calling directory and below is linked against the
+# libstdc++.so.6 that REFERENCE_LIBRARY (a torch library) loads, ahead of the toolchain's static
+# archive, which then contributes nothing. A toolchain that links the runtime dynamically is
+# left as it is.
 function(torchbridge_use_torchs_cxx_runtime reference_library)
   if(NOT CMAKE_CXX_COMPILER_ID MATCHES "^(GNU|Clang)$" OR NOT CMAKE_SYSTEM_NAME STREQUAL "Linux")
     return()
