@@ -26,7 +26,10 @@ def _names_a_device(value) -> bool:
 
 
 def _resolving_device(function, resolve):
-    signature = inspect.signature(function)
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a signature (none in torch 2.11-2.13): left as torch's
+        return function
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
