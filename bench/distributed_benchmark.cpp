@@ -123,9 +123,9 @@ int main(int argc, char** argv) {
           median_seconds(repeats, [&] { step([&](const at::Tensor& loss) { overlapped.backward(loss); }); });
     }
 
-    double local_kept = 0, views = 0;
     keep_gradients = true;
-    local_kept = median_seconds(repeats, [&] { step(plain_backward); });
+    const double local_kept = median_seconds(repeats, [&] { step(plain_backward); });
+    double views = 0;
     {
       for (auto& p : model->parameters()) p.mutable_grad().reset();  // the views are made at the first step
       DataParallelOptions as_views;

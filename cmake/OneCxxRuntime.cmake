@@ -5,10 +5,10 @@
 # TorchBridge library that carries its own copy of libstdc++ into a process where torch has loaded
 # the shared libstdc++.so.6 gets two sets of iostream and locale state whose symbols interpose on
 # each other: a facet looked up by the index one copy assigned can be another facet in the other
-# copy. On the H200 run (2026-11-26) a Python process died with
-# SIGSEGV inside std::ostream::_M_insert<long>, found in libtorchbridge itself, while formatting
-# an exception's message after CUDA's initialisation; the H100 run's Python crashes (2026-11-25)
-# came at the same kind of place. A library built so on the development machine formats a number
+# copy. On the H200 run (2026-11-26) a Python process died with SIGSEGV inside
+# std::ostream::_M_insert<long>, found in libtorchbridge itself, while formatting an exception's
+# message after CUDA's initialisation; the H100 run's Python crashes (2026-11-25) came at the
+# same kind of place. A library built so on the development machine formats a number
 # wrongly, or crashes, once torch is imported (tests/cxx_runtime/static_toolchain.sh).
 #
 # torchbridge_use_torchs_cxx_runtime(REFERENCE_LIBRARY) probes whether this compiler, with the

@@ -11,7 +11,8 @@
 # and cpu,cudasdk, `portability`, the benchmarks the open issues ask for, the redirection corpus
 # under the targets cuda, cpu, emu and cudasdk, the other benchmarks, and last the whole CTest suite
 # (C++ and Python): GPU-only results first, so a device budget that runs out still has them. It
-# prints one summary table and exits non-zero when any step failed. Logs: DIR/logs/<step>.log (default DIR: /tmp/torchbridge-gpu-check).
+# prints one summary table and exits non-zero when any step failed. Logs: DIR/logs/<step>.log
+# (default DIR: /tmp/torchbridge-gpu-check).
 # --allow-no-gpu runs the same steps on a machine without a GPU (the GPU steps then report SKIP),
 # which is how the script itself is tested on the development machine. --only REGEX runs the build
 # (incremental, so nearly free when DIR already holds one) and then only the steps whose names match,
@@ -30,7 +31,7 @@ while (($#)); do
     --jobs) JOBS="$2"; shift 2 ;;
     --allow-no-gpu) ALLOW_NO_GPU=1; shift ;;
     --only) ONLY="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

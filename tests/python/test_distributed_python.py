@@ -23,9 +23,14 @@ def test_data_parallel_under_torchrun(ranks):
     assert run.stdout.count("DataParallel = DDP on the CPU (bit for bit)") == ranks, run.stdout
 
 
-def test_a_world_of_one_without_torchrun(monkeypatch):
+@pytest.fixture
+def without_torchrun(monkeypatch):
+    """No launcher's variables: init() makes a world of one."""
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
+
+
+def test_a_world_of_one_without_torchrun(without_torchrun):
     group = tbd.init()
     assert (group.rank, group.world_size) == (0, 1)
     model = torch.nn.Linear(4, 2)
@@ -38,9 +43,7 @@ def test_a_world_of_one_without_torchrun(monkeypatch):
     assert torch.equal(model.weight.grad, expected.weight.grad)
 
 
-def test_gradients_as_bucket_views_equal_plain_backward_and_share_the_bucket(monkeypatch):
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(name, raising=False)
+def test_gradients_as_bucket_views_equal_plain_backward_and_share_the_bucket(without_torchrun):
     group = tbd.init()
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     expected = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))

@@ -12,6 +12,8 @@ import inspect
 
 import torch
 
+from ._redirector import is_device_like
+
 # torch.cuda functions that take a device (their parameter is named so in torch.cuda and
 # torch.cuda.memory / torch.cuda.random, which _patches replaces alike).
 DEVICE_TAKING = ("set_device", "get_device_name", "get_device_capability", "get_device_properties",
@@ -21,8 +23,12 @@ DEVICE_TAKING = ("set_device", "get_device_name", "get_device_capability", "get_
                  "get_rng_state", "set_rng_state", "current_stream", "default_stream")
 
 
-def _names_a_device(value) -> bool:
-    return isinstance(value, (str, int, torch.device)) and not isinstance(value, bool)
+def _resolved(device, resolve):
+    """Where a device given to torch.cuda goes; a negative index keeps torch's meaning ("leave the
+    current device alone") and what names no device is passed on for torch to judge."""
+    if is_device_like(device) and not (isinstance(device, int) and device < 0):
+        return resolve(device)
+    return device
 
 
 def _resolving_device(function, resolve):
@@ -34,9 +40,8 @@ def _resolving_device(function, resolve):
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
-        device = bound.arguments.get("device")
-        if _names_a_device(device) and not (isinstance(device, int) and device < 0):
-            bound.arguments["device"] = resolve(device)
+        if "device" in bound.arguments:
+            bound.arguments["device"] = _resolved(bound.arguments["device"], resolve)
         return function(*bound.args, **bound.kwargs)
 
     return wrapper
@@ -54,9 +59,7 @@ def replacements(redirector) -> dict:
         current device alone"); a subclass, so isinstance checks against torch's class hold."""
 
         def __init__(self, device):
-            if _names_a_device(device) and not (isinstance(device, int) and device < 0):
-                device = resolve(device)
-            super().__init__(device)
+            super().__init__(_resolved(device, resolve))
 
     class device_of(device):
         """torch.cuda.device_of: the device of a CUDA tensor, a no-op for any other tensor; derived

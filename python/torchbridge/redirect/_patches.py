@@ -11,7 +11,7 @@ import torch.utils._device
 from . import (_cuda, _distributed, _legacy_types, _lightning, _multiprocessing, _optim, _parallel, _profiler,
                _serialization)
 from ._proxy import proxy_class
-from ._redirector import logger
+from ._redirector import is_device_like, logger
 
 # Tensor factories and *_like functions that take a device= argument.
 FACTORIES = (
@@ -44,10 +44,6 @@ def _note_pinning_is_moot():
     if not _pinning_noted:
         _pinning_noted.append(True)
         logger.info("pin_memory has no effect when redirecting to the CPU: there is no device transfer to speed up")
-
-
-def _is_device_like(value):
-    return isinstance(value, (str, int, torch._C.device)) and not isinstance(value, bool)
 
 
 def _is_cpu_override(args, kwargs) -> bool:
@@ -143,7 +139,7 @@ def install(redirector, patcher):
     tensor_to, module_to = torch.Tensor.to, torch.nn.Module.to
 
     def redirect_to_args(args, kwargs):
-        if args and _is_device_like(args[0]):
+        if args and is_device_like(args[0]):
             args = (resolve(args[0]),) + tuple(args[1:])
         if kwargs.get("device") is not None:
             kwargs["device"] = resolve(kwargs["device"])

@@ -17,6 +17,11 @@ _THIS_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_PACKAGE = os.path.dirname(os.path.abspath(torch.__file__))
 
 
+def is_device_like(value) -> bool:
+    """A value that names a device as torch accepts one: a string, an index or a torch.device."""
+    return isinstance(value, (str, int, torch._C.device)) and not isinstance(value, bool)
+
+
 def configure_logging():
     """Quiet by default; TORCHBRIDGE_LOG_LEVEL=INFO shows each redirected call site once."""
     level = os.environ.get("TORCHBRIDGE_LOG_LEVEL", "WARNING").upper()
