@@ -372,16 +372,26 @@ if __name__ == "__main__":
 """
 
 
-def _run_redirected(program_text, target, tmp_path, *args):
+def _run_redirected(program_text, target, tmp_path, *args, timeout=300):
     import os
+    import signal
     import subprocess
     import sys
 
     program = tmp_path / "program.py"
     program.write_text(program_text)
     console_script = os.path.join(os.path.dirname(sys.executable), "torchbridge")
-    return subprocess.run([console_script, "run", str(program), *args], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, TORCHBRIDGE_BACKEND=target))
+    # Its own session: a program that hangs is killed with the processes it spawned.
+    process = subprocess.Popen([console_script, "run", str(program), *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env=dict(os.environ, TORCHBRIDGE_BACKEND=target))
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"the program did not finish in {timeout} s; its output:\n{stdout[-2000:]}\n{stderr[-3000:]}")
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def test_processes_started_as_fresh_interpreters_redirect_like_their_parent(tmp_path):
@@ -408,6 +418,51 @@ def test_the_usual_ddp_program_trains_on_gloo_when_the_target_is_the_cpu(tmp_pat
     model(torch.arange(32.0).reshape(8, 4) / 10).pow(2).mean().backward()
     reported = ast.literal_eval(result.stdout.split("gradient", 1)[1].strip())
     torch.testing.assert_close(torch.tensor(reported), model.weight.grad, rtol=1e-6, atol=1e-7)
+
+
+DDP_EXIT_WHILE_AN_ALL_REDUCE_RUNS = """
+import os
+import sys
+import time
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def train(rank, world, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    dist.init_process_group("nccl", rank=rank, world_size=world)
+    ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1).cuda(rank), device_ids=[rank])
+    flag = torch.ones(1).cuda(rank)
+    loss = ddp(torch.ones(2, 4).cuda(rank)).sum()
+    if rank == 0:
+        # At the end of backward, after DDP's all-reduce, one more all-reduce, left running.
+        engine = torch.autograd.Variable._execution_engine
+        loss.register_hook(lambda grad: engine.queue_callback(lambda: dist.all_reduce(flag, async_op=True) and None))
+        loss.backward()
+        dist.destroy_process_group()
+        del ddp  # the reducer held the last reference to the group while that all-reduce waits for rank 1
+    else:
+        loss.backward()
+        time.sleep(1.0)
+        dist.all_reduce(flag)
+        dist.destroy_process_group()
+    print(rank, "finished", flush=True)
+
+
+if __name__ == "__main__":
+    mp.spawn(train, args=(2, sys.argv[1]), nprocs=2)
+"""
+
+
+def test_a_ddp_program_ends_while_a_gloo_work_from_backward_still_runs(tmp_path):
+    # torch destroys DDP's reducer with the GIL held; as the group's last owner it joined Gloo's workers,
+    # one of which needed the GIL to drop a work carrying backward's Python context: rank 0 hung in
+    # 3 of 3 runs (and the usual DDP program above, now and then, at its exit). Plain torch hangs the
+    # same way whenever nothing else keeps the group alive (e.g. torch._dynamo imported first).
+    result = _run_redirected(DDP_EXIT_WHILE_AN_ALL_REDUCE_RUNS, "cpu", tmp_path, _free_port(), timeout=90)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "0 finished" in result.stdout and "1 finished" in result.stdout
 
 
 def test_the_usual_ddp_program_on_an_sdk_device_fails_naming_the_way_out(tmp_path):

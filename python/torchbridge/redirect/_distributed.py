@@ -70,6 +70,19 @@ def _ddp_without_device_ids(original):
                     device_ids = output_device = None
             super().__init__(module, device_ids, output_device, *args, **kwargs)
 
+        def __del__(self):
+            # torch's Reducer binding destroys it with the GIL held (pytorch#56297). Where the reducer holds
+            # the last reference to a Gloo group (after destroy_process_group), ~ProcessGroupGloo joins
+            # Gloo's workers under the GIL while a worker dropping a finished all-reduce waits for the GIL:
+            # that work's thread-local state holds the Python context backward() stashes. Gloo on the CPU
+            # target is redirection's choice, so its exit must not hang: the reducer (and the logger, which
+            # shares it) go first while `group` keeps the group alive; the group's own binding then
+            # destroys it with the GIL released.
+            group = self.__dict__.get("process_group")
+            self.__dict__.pop("logger", None)
+            self.__dict__.pop("reducer", None)
+            del group
+
     DistributedDataParallel.__module__ = original.__module__
     DistributedDataParallel.__doc__ = original.__doc__
     return DistributedDataParallel
