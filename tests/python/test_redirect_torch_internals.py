@@ -372,7 +372,7 @@ if __name__ == "__main__":
 """
 
 
-def _run_redirected(program_text, target, tmp_path, *args, timeout=300):
+def _run_redirected(program_text, target, tmp_path, *args, timeout=300, launcher=()):
     import os
     import signal
     import subprocess
@@ -382,7 +382,7 @@ def _run_redirected(program_text, target, tmp_path, *args, timeout=300):
     program.write_text(program_text)
     console_script = os.path.join(os.path.dirname(sys.executable), "torchbridge")
     # Its own session: a program that hangs is killed with the processes it spawned.
-    process = subprocess.Popen([console_script, "run", str(program), *args], stdout=subprocess.PIPE,
+    process = subprocess.Popen([*launcher, console_script, "run", str(program), *args], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True,
                                env=dict(os.environ, TORCHBRIDGE_BACKEND=target))
     try:
@@ -463,6 +463,57 @@ def test_a_ddp_program_ends_while_a_gloo_work_from_backward_still_runs(tmp_path)
     result = _run_redirected(DDP_EXIT_WHILE_AN_ALL_REDUCE_RUNS, "cpu", tmp_path, _free_port(), timeout=90)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "0 finished" in result.stdout and "1 finished" in result.stdout
+
+
+FSDP2_PROGRAM = """
+import os
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+dist.init_process_group("nccl")
+rank = dist.get_rank()
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+mesh = init_device_mesh("cuda", (dist.get_world_size(),))
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).cuda()
+for layer in (model[0], model[2], model):
+    fully_shard(layer, mesh=mesh)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+inputs = (torch.arange(64.0).view(8, 8) / 64).cuda()[rank * 4:(rank + 1) * 4]
+for _ in range(3):
+    model(inputs).pow(2).mean().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+full = [p.full_tensor().flatten().tolist() for p in model.parameters()]  # a collective: every rank
+if rank == 0:
+    print("parameters", full, flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_an_fsdp2_program_trains_on_gloo_as_one_process_on_the_whole_batch(tmp_path):
+    # fully_shard over init_device_mesh("cuda"), launched by torchrun: with the CPU as the target the
+    # mesh is the CPU's and the collectives Gloo's. Two ranks on half a batch each must end where one
+    # process training on the whole batch ends.
+    import os
+    import sys
+
+    torchrun = [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--standalone", "--no-python",
+                "--nproc-per-node", "2"]
+    result = _run_redirected(FSDP2_PROGRAM, "cpu", tmp_path, launcher=torchrun, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    reported = ast.literal_eval(result.stdout.split("parameters", 1)[1].strip())
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(3):
+        model(torch.arange(64.0).view(8, 8) / 64).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    for got, expected in zip(reported, model.parameters(), strict=True):
+        torch.testing.assert_close(torch.tensor(got), expected.detach().flatten(), rtol=1e-5, atol=1e-6)
 
 
 def test_the_usual_ddp_program_on_an_sdk_device_fails_naming_the_way_out(tmp_path):
