@@ -20,7 +20,8 @@ DATA_PARALLEL_MODULE = importlib.import_module("torch.nn.parallel.data_parallel"
 PATCHED = [(torch.cuda, "device"), (torch.cuda, "device_of"), (torch.cuda, "memory_summary"),
            (torch.cuda.memory, "memory_stats"), (torch.cuda, "CUDAGraph"), (torch.cuda, "FloatTensor"),
            (torch.Tensor, "type"), (comm, "scatter"), (comm, "broadcast_coalesced"),
-           (DATA_PARALLEL_MODULE, "_check_balance"), (dist, "init_process_group")]
+           (DATA_PARALLEL_MODULE, "_check_balance"), (dist, "init_process_group"), (dist, "new_group"),
+           (dist, "new_subgroups"), (dist, "new_subgroups_by_enumeration")]
 
 
 @pytest.fixture(autouse=True)
@@ -167,6 +168,17 @@ def test_init_process_group_nccl_runs_on_gloo_when_the_target_is_the_cpu(tmp_pat
             total = torch.ones(3, device="cuda")
             dist.all_reduce(total)
             assert total.tolist() == [1.0, 1.0, 1.0]
+            # The calls that make further groups name their backend too (Megatron-style code does).
+            groups = [dist.new_group([0], None, "nccl"), dist.new_group(ranks=[0], backend=dist.Backend.NCCL),
+                      dist.new_group([0], backend="cpu:gloo,cuda:nccl"),
+                      dist.new_subgroups(group_size=1, backend="nccl")[0],
+                      dist.new_subgroups_by_enumeration([[0]], backend="nccl")[0]]
+            for group in groups:
+                assert dist.get_backend(group) == "gloo"
+                dist.all_reduce(total, group=group)
+            assert total.tolist() == [1.0, 1.0, 1.0]
+            with pytest.raises(TypeError):  # a wrong call keeps torch's own error
+                dist.new_group([0], no_such_argument=1)
         finally:
             dist.destroy_process_group()
 
@@ -175,6 +187,8 @@ def test_init_process_group_nccl_on_an_sdk_device_names_the_way_out(tmp_path):
     with redirect.redirected("emu"), pytest.raises(RuntimeError, match="torchbridge.distributed.DataParallel"):
         dist.init_process_group("nccl", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     assert not dist.is_initialized()
+    with redirect.redirected("emu"), pytest.raises(RuntimeError, match=r"new_group\(backend='nccl'\) under redirection"):
+        dist.new_group([0], backend="nccl")
 
 
 def _public_functions_of_torch_cuda():

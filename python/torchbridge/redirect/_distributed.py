@@ -1,10 +1,12 @@
-"""torch.distributed.init_process_group("nccl") under redirection to a target other than CUDA.
+"""torch.distributed.init_process_group("nccl") (and new_group, new_subgroups...) under redirection
+to a target other than CUDA.
 NCCL reduces CUDA tensors only. With the CPU as the target, every tensor the program hands to a
 collective is a CPU tensor, so Gloo (every build of torch has it) takes NCCL's place, logged once.
 An SDK device's tensors have no collective backend in torch.distributed (Gloo takes CPU tensors
 only), so that is an error naming the way out rather than a failure at the first collective."""
 
 import functools
+import inspect
 
 import torch
 
@@ -22,36 +24,60 @@ def _backends_by_device(backend) -> "dict[str, str] | None":
     return dict(pairs) if all(len(pair) == 2 for pair in pairs) else None
 
 
+def _redirected_backend(backend, call, redirector, device_type):
+    """What to ask torch for in place of ``backend``: the same where it names no NCCL; on the CPU
+    target Gloo in NCCL's place (logged); on an SDK device an error naming the way out."""
+    mapping = _backends_by_device(backend)
+    if mapping is None or "nccl" not in mapping.values():
+        return backend
+    if device_type != "cpu":
+        raise RuntimeError(
+            f"{call}(backend={backend!r}) under redirection to '{redirector.target}': NCCL reduces "
+            f"CUDA tensors, and torch.distributed has no collective backend for '{device_type}' tensors (Gloo "
+            "takes CPU tensors). For data-parallel training on an SDK device use "
+            "torchbridge.distributed.DataParallel; or run this program with TORCHBRIDGE_BACKEND=cpu (Gloo)")
+    mapping.pop("cuda", None)
+    mapping.setdefault("cpu", "gloo")
+    replacement = ",".join(f"{device}:{name}" for device, name in mapping.items()) if len(mapping) > 1 \
+        else mapping["cpu"]
+    logger.info("%s: backend %r -> %r (the target is the CPU, whose tensors Gloo reduces)", call, backend,
+                replacement)
+    return replacement
+
+
+def _with_backend_redirected(original, redirector, device_type):
+    """``original`` (init_process_group, new_group, new_subgroups...) with its ``backend`` argument,
+    positional or keyword, redirected."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def with_backend_redirected(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return original(*args, **kwargs)  # torch's own error for a wrong call
+        backend = bound.arguments.get("backend")
+        replacement = _redirected_backend(backend, original.__name__, redirector, device_type)
+        if replacement is not backend:
+            bound.arguments["backend"] = replacement
+            device_id = bound.arguments.get("device_id")
+            if isinstance(device_id, torch.device) and device_id.type == "cpu":
+                # device_id binds a process to its GPU for NCCL's eager set-up; the CPU has none to bind.
+                del bound.arguments["device_id"]
+        return original(*bound.args, **bound.kwargs)
+
+    return with_backend_redirected
+
+
 def install(patcher, redirector, device_type):
     import torch.distributed as dist
 
     if not dist.is_available():
         return
-    original = dist.init_process_group
-
-    @functools.wraps(original)
-    def init_process_group(backend=None, *args, **kwargs):
-        mapping = _backends_by_device(backend)
-        if mapping is None or "nccl" not in mapping.values():
-            return original(backend, *args, **kwargs)
-        if device_type != "cpu":
-            raise RuntimeError(
-                f"init_process_group(backend={backend!r}) under redirection to '{redirector.target}': NCCL reduces "
-                f"CUDA tensors, and torch.distributed has no collective backend for '{device_type}' tensors (Gloo "
-                "takes CPU tensors). For data-parallel training on an SDK device use "
-                "torchbridge.distributed.DataParallel; or run this program with TORCHBRIDGE_BACKEND=cpu (Gloo)")
-        mapping.pop("cuda", None)
-        mapping.setdefault("cpu", "gloo")
-        replacement = ",".join(f"{device}:{name}" for device, name in mapping.items()) if len(mapping) > 1 \
-            else mapping["cpu"]
-        logger.info("init_process_group: backend %r -> %r (the target is the CPU, whose tensors Gloo reduces)",
-                    backend, replacement)
-        if isinstance(kwargs.get("device_id"), torch.device) and kwargs["device_id"].type == "cpu":
-            # device_id binds a process to its GPU for NCCL's eager set-up; the CPU has none to bind.
-            kwargs.pop("device_id")
-        return original(replacement, *args, **kwargs)
-
-    patcher.replace(dist, "init_process_group", init_process_group)
+    # The calls that name a backend. new_subgroups calls torch's own new_group, so each is wrapped.
+    for name in ("init_process_group", "new_group", "new_subgroups", "new_subgroups_by_enumeration"):
+        if hasattr(dist, name):
+            patcher.replace(dist, name, _with_backend_redirected(getattr(dist, name), redirector, device_type))
     if device_type == "cpu":
         patcher.replace(torch.nn.parallel, "DistributedDataParallel",
                         _ddp_without_device_ids(torch.nn.parallel.DistributedDataParallel))
