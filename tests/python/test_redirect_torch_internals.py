@@ -21,7 +21,8 @@ PATCHED = [(torch.cuda, "device"), (torch.cuda, "device_of"), (torch.cuda, "memo
            (torch.cuda.memory, "memory_stats"), (torch.cuda, "CUDAGraph"), (torch.cuda, "FloatTensor"),
            (torch.Tensor, "type"), (comm, "scatter"), (comm, "broadcast_coalesced"),
            (DATA_PARALLEL_MODULE, "_check_balance"), (dist, "init_process_group"), (dist, "new_group"),
-           (dist, "new_subgroups"), (dist, "new_subgroups_by_enumeration")]
+           (dist, "new_subgroups"), (dist, "new_subgroups_by_enumeration"),
+           (importlib.import_module("torch.cuda.nccl"), "version")]
 
 
 @pytest.fixture(autouse=True)
@@ -227,6 +228,23 @@ def test_every_torch_cuda_function_works_or_says_why_not(target):
             except Exception as error:  # noqa: BLE001 (the point is to catch any other kind)
                 obscure[name] = f"{type(error).__name__}: {error}"
     assert not obscure, obscure
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_torch_cuda_nccl_says_why_not(target):
+    # NCCL itself (DeepSpeed and Megatron log torch.cuda.nccl.version()): a CPU build of torch
+    # raised AttributeError on torch._C._nccl_version; a CUDA build would hand NCCL the target's tensors.
+    nccl = importlib.import_module("torch.cuda.nccl")
+    with redirect.redirected(target):
+        tensors = [torch.ones(2, device="cuda")]
+        calls = {"version": (), "unique_id": (), "init_rank": (1, b"", 0), "all_reduce": (tensors,),
+                 "reduce": (tensors,), "broadcast": (tensors,), "all_gather": (tensors, tensors),
+                 "reduce_scatter": (tensors, tensors)}
+        for name, arguments in calls.items():
+            with pytest.raises(RuntimeError, match=rf"torch.cuda.nccl.{name} cannot run under redirection to "
+                                                   rf"'{target}': NCCL runs collectives between CUDA GPUs only"):
+                getattr(nccl, name)(*arguments)
+        assert nccl.is_available(tensors) is False  # a true answer, kept
 
 
 def test_random_state_of_every_device_and_seeding():

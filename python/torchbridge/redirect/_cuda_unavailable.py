@@ -34,17 +34,32 @@ REASONS = {
 GRAPH_CLASSES = ("CUDAGraph", "graph")
 
 
+# torch.cuda.nccl's functions call NCCL directly. is_available stays: it answers False truthfully.
+NCCL_FUNCTIONS = ("version", "unique_id", "init_rank", "all_reduce", "reduce", "broadcast", "all_gather",
+                  "reduce_scatter")
+_NCCL = ("NCCL runs collectives between CUDA GPUs only; torch.distributed's init_process_group(\"nccl\") "
+         "runs on Gloo when the target is the CPU")
+
+
+def _refusal(qualified_name, reason, target):
+    def refuse(*args, **kwargs):
+        raise RuntimeError(f"torch.cuda.{qualified_name} cannot run under redirection to '{target}': {reason}")
+
+    refuse.__name__ = qualified_name.rsplit(".", 1)[-1]
+    return refuse
+
+
 def replacements(target: str) -> dict:
     """{torch.cuda name: replacement} for the names above that this torch has."""
-
-    def refusal(name, reason):
-        def refuse(*args, **kwargs):
-            raise RuntimeError(f"torch.cuda.{name} cannot run under redirection to '{target}': {reason}")
-
-        refuse.__name__ = name
-        return refuse
-
-    result = {name: refusal(name, reason) for name, reason in REASONS.items() if hasattr(torch.cuda, name)}
+    result = {name: _refusal(name, reason, target) for name, reason in REASONS.items() if hasattr(torch.cuda, name)}
     for name in GRAPH_CLASSES:
-        result[name] = type(name, (), {"__init__": refusal(name, _GRAPHS), "__module__": "torch.cuda"})
+        result[name] = type(name, (), {"__init__": _refusal(name, _GRAPHS, target), "__module__": "torch.cuda"})
     return result
+
+
+def nccl_replacements(target: str) -> dict:
+    """{torch.cuda.nccl name: replacement}. Without them a CPU build of torch fails with an
+    AttributeError on torch._C._nccl_version, and a CUDA build would hand NCCL the target's tensors."""
+    import torch.cuda.nccl as nccl
+
+    return {name: _refusal(f"nccl.{name}", _NCCL, target) for name in NCCL_FUNCTIONS if hasattr(nccl, name)}

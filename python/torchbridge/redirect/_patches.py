@@ -3,13 +3,14 @@ serialization, autocast/GradScaler and the torch.cuda namespace. Every replaceme
 the Patcher so it can be undone exactly."""
 
 import functools
+import importlib
 
 import torch
 import torch.nn
 import torch.utils._device
 
-from . import (_cuda, _distributed, _legacy_types, _lightning, _multiprocessing, _optim, _parallel, _profiler,
-               _serialization)
+from . import (_cuda, _cuda_unavailable, _distributed, _legacy_types, _lightning, _multiprocessing, _optim,
+               _parallel, _profiler, _serialization)
 from ._proxy import proxy_class
 from ._redirector import is_device_like, logger
 
@@ -249,9 +250,12 @@ def install(redirector, patcher):
             patcher.replace(torch.cuda.memory, name, replacement)
         if name in _cuda.RANDOM_FUNCTIONS:
             patcher.replace(torch.cuda.random, name, replacement)
-    if target_type != "cuda":  # CUDA's own NVTX ranges work where CUDA is the target
+    if target_type != "cuda":  # CUDA's own NVTX ranges and NCCL work where CUDA is the target
         for name, replacement in _cuda.nvtx_replacements().items():
             patcher.replace(torch.cuda.nvtx, name, replacement)
+        nccl = importlib.import_module("torch.cuda.nccl")
+        for name, replacement in _cuda_unavailable.nccl_replacements(redirector.target).items():
+            patcher.replace(nccl, name, replacement)
 
     # -- child processes started by multiprocessing redirect as this one does ---------------------------
     _multiprocessing.install(patcher, redirector)
