@@ -247,6 +247,40 @@ def test_torch_cuda_nccl_says_why_not(target):
         assert nccl.is_available(tensors) is False  # a true answer, kept
 
 
+def test_attention_kernels_only_cuda_has_run_as_math_on_the_cpu_target(caplog):
+    # sdpa_kernel(EFFICIENT_ATTENTION) switches off the CPU's two kernels: "No viable backend" without
+    # redirection's help. Reference: attention written out in float64.
+    import logging
+
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8) for _ in range(3))
+    scores = (q.double() @ k.double().transpose(-2, -1) / 8 ** 0.5).masked_fill(
+        torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
+    expected = (scores.softmax(-1) @ v.double()).float()
+    with pytest.raises(RuntimeError, match="No viable backend"), sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+        F.scaled_dot_product_attention(q, k, v, is_causal=True)  # torch alone, as the premise
+    with redirect.redirected("cpu"), caplog.at_level(logging.WARNING, logger="torchbridge.redirect"):
+        from torch.nn.attention import sdpa_kernel as redirected_sdpa_kernel
+
+        for backends in (SDPBackend.EFFICIENT_ATTENTION, [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+            with redirected_sdpa_kernel(backends):
+                got = F.scaled_dot_product_attention(q.cuda(), k.cuda(), v.cuda(), is_causal=True)
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+        with torch.backends.cuda.sdp_kernel(enable_flash=False, enable_math=False, enable_mem_efficient=True):
+            torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v, is_causal=True), expected,
+                                       rtol=1e-5, atol=1e-6)
+        assert torch.backends.cuda.math_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()  # restored
+        with redirected_sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # a choice the CPU has is kept as it is
+            assert not torch.backends.cuda.math_sdp_enabled()
+    assert torch.nn.attention.sdpa_kernel is sdpa_kernel  # torch's own again
+    warnings = [r.getMessage() for r in caplog.records if "sdpa_kernel" in r.getMessage()]
+    assert warnings == ["sdpa_kernel(EFFICIENT_ATTENTION): the CPU has none of these kernels; its math kernel "
+                        "computes the same attention and runs it"]
+
+
 def test_random_state_of_every_device_and_seeding():
     with redirect.redirected("emu"):
         states = torch.cuda.get_rng_state_all()

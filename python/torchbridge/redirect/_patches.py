@@ -9,8 +9,8 @@ import torch
 import torch.nn
 import torch.utils._device
 
-from . import (_cuda, _cuda_unavailable, _distributed, _legacy_types, _lightning, _multiprocessing, _optim,
-               _parallel, _profiler, _serialization)
+from . import (_attention, _cuda, _cuda_unavailable, _distributed, _legacy_types, _lightning, _multiprocessing,
+               _optim, _parallel, _profiler, _serialization)
 from ._proxy import proxy_class
 from ._redirector import is_device_like, logger
 
@@ -265,5 +265,7 @@ def install(redirector, patcher):
         _parallel.install(patcher, redirector, target_type)
         _legacy_types.install(patcher, original_device(target_type))
         _distributed.install(patcher, redirector, target_type)
+        if target_type == "cpu":
+            _attention.install(patcher)
         _lightning.install(patcher, target_type)
         _profiler.install(patcher, target_type)
