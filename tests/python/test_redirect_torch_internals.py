@@ -615,6 +615,19 @@ def test_capturable_optimizers_run_their_update_on_the_cpu_target(optimizer_clas
         _parameters_after_training(optimizer_class, device="cpu", capturable=True)
 
 
+def test_pinning_for_a_named_cuda_device_pins_for_the_target():
+    # Tensor.pin_memory("cuda") (a deprecated argument older code still passes) initialised CUDA and
+    # failed; torch.device("cuda") worked, being redirected already.
+    original = torch.Tensor.pin_memory, torch.Tensor.is_pinned
+    with redirect.redirected("emu"), pytest.warns(DeprecationWarning):
+        for device in ("cuda", "cuda:0", torch.device("cuda"), 0):
+            pinned = torch.arange(4.0).pin_memory(device)
+            assert pinned.is_pinned() and pinned.is_pinned(device) and torch.equal(pinned, torch.arange(4.0))
+        assert not torch.ones(2).is_pinned("cuda")
+        assert torch.ones(2).pin_memory().is_pinned()
+    assert (torch.Tensor.pin_memory, torch.Tensor.is_pinned) == original
+
+
 @pytest.mark.parametrize("target", ["emu", "cpu"])
 def test_storages_made_directly_land_on_the_target(target):
     import warnings

@@ -55,6 +55,18 @@ def _is_cpu_override(args, kwargs) -> bool:
     return spec.get("type") == "cpu" and isinstance(spec.get("index"), int) and spec["index"] == -1
 
 
+def _with_device_argument(method, redirector):
+    """A Tensor method whose one optional argument is a device (pin_memory, is_pinned)."""
+
+    @functools.wraps(method)
+    def with_device_argument(self, device=None):
+        if device is None:
+            return method(self)
+        return method(self, redirector.resolve(device) if is_device_like(device) else device)
+
+    return with_device_argument
+
+
 def install(redirector, patcher):
     original_device = torch.device
     original_generator = torch.Generator
@@ -102,6 +114,12 @@ def install(redirector, patcher):
         patcher.replace(torch.accelerator, "current_accelerator", lambda check_available=False: None)
         patcher.replace(torch.accelerator, "is_available", lambda: False)
         _optim.install(patcher)
+    else:
+        # The deprecated device argument of pin_memory/is_pinned names the accelerator whose copies
+        # the pinning serves; torch.device("cuda") already means the target, a "cuda" string did not
+        # (pin_memory("cuda") initialised CUDA and failed).
+        for name in ("pin_memory", "is_pinned"):
+            patcher.replace(torch.Tensor, name, _with_device_argument(getattr(torch.Tensor, name), redirector))
 
     # -- torch.get_device_module("cuda") -------------------------------------------------------------
     # torch asks for "the module of device X" (fork_rng, checkpointing's RNG state), which resolves
