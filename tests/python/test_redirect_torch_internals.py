@@ -615,6 +615,29 @@ def test_capturable_optimizers_run_their_update_on_the_cpu_target(optimizer_clas
         _parameters_after_training(optimizer_class, device="cpu", capturable=True)
 
 
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_record_stream_and_graph_queries_under_every_name(target):
+    # The prefetcher idiom: work on a side stream, record_stream so the allocator keeps the memory.
+    # On the CPU target it raised "unknown parameter type" (its streams are host streams). And
+    # torch.cuda.graphs' own names, which libraries import from there, were torch's (a dummy class).
+    graphs = importlib.import_module("torch.cuda.graphs")
+    original = graphs.is_current_stream_capturing, graphs.CUDAGraph, torch.Tensor.record_stream
+    with redirect.redirected(target):
+        x = torch.ones(4, device="cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y = x * 2
+        x.record_stream(side)
+        y.record_stream(torch.cuda.current_stream())
+        torch.cuda.current_stream().wait_stream(side)
+        assert y.cpu().tolist() == [2.0] * 4
+        assert graphs.is_current_stream_capturing() is False
+        with pytest.raises(RuntimeError, match=f"CUDAGraph cannot run under redirection to '{target}'"):
+            graphs.CUDAGraph()
+    assert (graphs.is_current_stream_capturing, graphs.CUDAGraph, torch.Tensor.record_stream) == original
+
+
 def test_pinning_for_a_named_cuda_device_pins_for_the_target():
     # Tensor.pin_memory("cuda") (a deprecated argument older code still passes) initialised CUDA and
     # failed; torch.device("cuda") worked, being redirected already.

@@ -11,6 +11,7 @@ import torch.utils._device
 
 from . import (_attention, _cuda, _cuda_unavailable, _distributed, _legacy_types, _lightning, _multiprocessing,
                _optim, _parallel, _profiler, _serialization)
+from ._host import HostStream
 from ._proxy import proxy_class
 from ._redirector import is_device_like, logger
 
@@ -107,6 +108,15 @@ def install(redirector, patcher):
             return self
 
         patcher.replace(torch.Tensor, "pin_memory", pin_memory)
+        original_record_stream = torch.Tensor.record_stream
+
+        @functools.wraps(original_record_stream)
+        def record_stream(self, stream):
+            if isinstance(stream, HostStream):
+                return None  # CPU work is finished when it returns: no later use to record
+            return original_record_stream(self, stream)
+
+        patcher.replace(torch.Tensor, "record_stream", record_stream)
         # With the CPU as the target no accelerator is in use, whatever torch was built for. A CUDA
         # build of torch would otherwise name cuda here, and torch.accelerator.is_available() asks
         # torch.cuda.is_available(), which answers True for the program's sake: DataLoader would
@@ -262,7 +272,10 @@ def install(redirector, patcher):
         patcher.replace(torch, "compile", compile)
 
     # -- the torch.cuda namespace -----------------------------------------------------------------------
+    graphs = importlib.import_module("torch.cuda.graphs")
     for name, replacement in cuda_namespace.items():
+        if getattr(graphs, name, None) is getattr(torch.cuda, name, graphs):  # torch.cuda re-exports graphs' names
+            patcher.replace(graphs, name, replacement)
         patcher.replace(torch.cuda, name, replacement)
         if name in _cuda.MEMORY_FUNCTIONS:
             patcher.replace(torch.cuda.memory, name, replacement)
