@@ -321,6 +321,30 @@ def test_nested_memory_statistics_follow_the_flat_ones():
 
 
 @pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_autocast_state_asked_for_cuda_is_the_targets(target):
+    # Models pick their compute dtype from these inside the autocast they opened for "cuda"; torch
+    # answered CUDA's state (off, float16) inside a bfloat16 autocast.
+    originals = torch.is_autocast_enabled, torch.get_autocast_dtype, torch.get_autocast_gpu_dtype
+    with redirect.redirected(target):
+        assert not torch.is_autocast_enabled("cuda") and not torch.is_autocast_enabled()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            assert torch.is_autocast_enabled("cuda") and torch.is_autocast_enabled()
+            assert torch.get_autocast_dtype("cuda") == torch.get_autocast_gpu_dtype() == torch.bfloat16
+            assert torch.is_autocast_enabled(target) and not torch.is_autocast_enabled("xpu")  # others as asked
+        previous_dtype = originals[1](target)
+        torch.set_autocast_gpu_dtype(torch.bfloat16)
+        torch.set_autocast_enabled(True)  # the one-argument form: CUDA's, that is the target's
+        try:
+            assert torch.is_autocast_enabled(target) and torch.get_autocast_dtype(target) == torch.bfloat16
+            assert torch.nn.Linear(4, 4).cuda()(torch.ones(2, 4, device="cuda")).dtype == torch.bfloat16
+        finally:
+            torch.set_autocast_enabled("cuda", False)
+            torch.set_autocast_dtype("cuda", previous_dtype)
+        assert not torch.is_autocast_enabled(target) and originals[1](target) == previous_dtype
+    assert (torch.is_autocast_enabled, torch.get_autocast_dtype, torch.get_autocast_gpu_dtype) == originals
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
 def test_custom_autograd_functions_cast_under_the_targets_autocast(target):
     # On a GPU, custom_fwd(cast_inputs=float16) runs forward in float16 under CUDA autocast; under
     # redirection "cuda" autocast is the target's, so the inputs must be cast there too.

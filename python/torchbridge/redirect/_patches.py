@@ -9,8 +9,8 @@ import torch
 import torch.nn
 import torch.utils._device
 
-from . import (_attention, _cuda, _cuda_unavailable, _distributed, _legacy_types, _lightning, _multiprocessing,
-               _optim, _parallel, _profiler, _serialization)
+from . import (_attention, _autocast_queries, _cuda, _cuda_unavailable, _distributed, _legacy_types, _lightning,
+               _multiprocessing, _optim, _parallel, _profiler, _serialization)
 from ._host import HostStream
 from ._proxy import proxy_class
 from ._redirector import is_device_like, logger
@@ -248,6 +248,8 @@ def install(redirector, patcher):
     patcher.replace(torch.amp, "GradScaler", GradScaler)
     patcher.replace(torch.cuda.amp, "autocast", cuda_amp_autocast)
     patcher.replace(torch.cuda.amp, "GradScaler", cuda_amp_GradScaler)
+    if target_type != "cuda":
+        _autocast_queries.install(patcher, target_type)
 
     # -- torch.compile ------------------------------------------------------------------------------------
     # Inductor has no code generator for SDK devices, and for other targets it probes torch.cuda,
