@@ -188,7 +188,8 @@ def test_init_process_group_nccl_on_an_sdk_device_names_the_way_out(tmp_path):
     with redirect.redirected("emu"), pytest.raises(RuntimeError, match="torchbridge.distributed.DataParallel"):
         dist.init_process_group("nccl", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     assert not dist.is_initialized()
-    with redirect.redirected("emu"), pytest.raises(RuntimeError, match=r"new_group\(backend='nccl'\) under redirection"):
+    refused = r"new_group\(backend='nccl'\) under redirection"
+    with redirect.redirected("emu"), pytest.raises(RuntimeError, match=refused):
         dist.new_group([0], backend="nccl")
 
 
@@ -279,6 +280,24 @@ def test_attention_kernels_only_cuda_has_run_as_math_on_the_cpu_target(caplog):
     warnings = [r.getMessage() for r in caplog.records if "sdpa_kernel" in r.getMessage()]
     assert warnings == ["sdpa_kernel(EFFICIENT_ATTENTION): the CPU has none of these kernels; its math kernel "
                         "computes the same attention and runs it"]
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_torch_cuda_submodules_answer_as_torch_cuda_does(target):
+    # torch.cuda re-exports torch.cuda.memory's, .random's and .graphs' functions; code calls them
+    # there too. torch.cuda.memory.set_per_process_memory_fraction raised AttributeError on
+    # torch._C._cuda_setMemoryFraction, caching_allocator_alloc a TypeError about CUDA streams.
+    submodules = [importlib.import_module(f"torch.cuda.{name}") for name in ("memory", "random", "graphs")]
+    shared = [(module, name) for module in submodules for name in dir(torch.cuda)
+              if not name.startswith("_") and getattr(module, name, None) is getattr(torch.cuda, name)]
+    with redirect.redirected(target):
+        stale = [f"{module.__name__}.{name}" for module, name in shared
+                 if getattr(module, name) is not getattr(torch.cuda, name)]
+        assert not stale, stale
+        refused = f"set_per_process_memory_fraction cannot run under redirection to '{target}'"
+        with pytest.raises(RuntimeError, match=refused):
+            submodules[0].set_per_process_memory_fraction(0.5)
+    assert all(getattr(module, name) is getattr(torch.cuda, name) for module, name in shared)
 
 
 def test_random_state_of_every_device_and_seeding():

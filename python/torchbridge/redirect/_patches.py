@@ -274,15 +274,15 @@ def install(redirector, patcher):
         patcher.replace(torch, "compile", compile)
 
     # -- the torch.cuda namespace -----------------------------------------------------------------------
-    graphs = importlib.import_module("torch.cuda.graphs")
+    # torch.cuda re-exports the names of its submodules, which code also calls there
+    # (torch.cuda.memory.set_per_process_memory_fraction): each is replaced where it is the same object.
+    submodules = [(importlib.import_module(f"torch.cuda.{module}"), listed) for module, listed in
+                  (("graphs", ()), ("memory", _cuda.MEMORY_FUNCTIONS), ("random", _cuda.RANDOM_FUNCTIONS))]
     for name, replacement in cuda_namespace.items():
-        if getattr(graphs, name, None) is getattr(torch.cuda, name, graphs):  # torch.cuda re-exports graphs' names
-            patcher.replace(graphs, name, replacement)
+        for submodule, listed in submodules:
+            if name in listed or getattr(submodule, name, submodule) is getattr(torch.cuda, name, None):
+                patcher.replace(submodule, name, replacement)
         patcher.replace(torch.cuda, name, replacement)
-        if name in _cuda.MEMORY_FUNCTIONS:
-            patcher.replace(torch.cuda.memory, name, replacement)
-        if name in _cuda.RANDOM_FUNCTIONS:
-            patcher.replace(torch.cuda.random, name, replacement)
     if target_type != "cuda":  # CUDA's own NVTX ranges and NCCL work where CUDA is the target
         for name, replacement in _cuda.nvtx_replacements().items():
             patcher.replace(torch.cuda.nvtx, name, replacement)
