@@ -13,17 +13,6 @@ from ._host import HostEvent, HostStream
 from ._proxy import proxy_class
 
 
-# torch.cuda's memory functions are defined in torch.cuda.memory and call each other there
-# (memory_summary reads memory_stats): they are replaced in both namespaces.
-MEMORY_FUNCTIONS = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-                    "memory_stats", "reset_peak_memory_stats", "empty_cache", "mem_get_info", "memory_summary",
-                    "memory_stats_as_nested_dict", "reset_accumulated_memory_stats", "caching_allocator_enable",
-                    "caching_allocator_disabled", "host_memory_stats", "memory_snapshot")
-# Likewise torch.cuda.random's, which read device_count and is_initialized there.
-RANDOM_FUNCTIONS = ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "manual_seed",
-                    "manual_seed_all", "seed", "seed_all", "initial_seed")
-
-
 def build(redirector):
     """A {name: replacement} map for torch.cuda, and the device type of the target."""
     target = BackendFactory.create(redirector.target)

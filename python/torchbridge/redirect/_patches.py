@@ -274,13 +274,13 @@ def install(redirector, patcher):
         patcher.replace(torch, "compile", compile)
 
     # -- the torch.cuda namespace -----------------------------------------------------------------------
-    # torch.cuda re-exports the names of its submodules, which code also calls there
+    # torch.cuda re-exports the functions of its submodules, which call each other there (memory_summary
+    # reads memory_stats, the random functions read device_count) and which code also calls there
     # (torch.cuda.memory.set_per_process_memory_fraction): each is replaced where it is the same object.
-    submodules = [(importlib.import_module(f"torch.cuda.{module}"), listed) for module, listed in
-                  (("graphs", ()), ("memory", _cuda.MEMORY_FUNCTIONS), ("random", _cuda.RANDOM_FUNCTIONS))]
+    submodules = [importlib.import_module(f"torch.cuda.{module}") for module in ("graphs", "memory", "random")]
     for name, replacement in cuda_namespace.items():
-        for submodule, listed in submodules:
-            if name in listed or getattr(submodule, name, submodule) is getattr(torch.cuda, name, None):
+        for submodule in submodules:
+            if getattr(submodule, name, submodule) is getattr(torch.cuda, name, None):
                 patcher.replace(submodule, name, replacement)
         patcher.replace(torch.cuda, name, replacement)
     if target_type != "cuda":  # CUDA's own NVTX ranges and NCCL work where CUDA is the target
