@@ -3,7 +3,8 @@
 # with a GPU, a CUDA build of torch, cmake and a C++ compiler, and no internet and no apt.
 #
 #   on the development machine:  scripts/prepare-offline-deps.sh   (fills .offline/, git-ignored)
-#   on the GPU machine:          scripts/gpu-check.sh [--work DIR] [--jobs N] [--only REGEX] [--allow-no-gpu]
+#   on the GPU machine:          scripts/gpu-check.sh [--work DIR] [--jobs N] [--only REGEX]
+#                                [--corpus-filter EXPR] [--allow-no-gpu]
 #
 # It builds GoogleTest from .offline/, then TorchBridge (warnings as errors) against the torch of
 # `python3`, installs the Python package into a virtual environment that sees that torch, and runs:
@@ -16,8 +17,10 @@
 # --allow-no-gpu runs the same steps on a machine without a GPU (the GPU steps then report SKIP),
 # which is how the script itself is tested on the development machine. --only REGEX runs the build
 # (incremental, so nearly free when DIR already holds one) and then only the steps whose names match,
-# e.g. --only 'ctest|bench-fp8' to repeat two steps after a fix. scripts/gpu-check-detached.sh runs
-# this script in calls shorter than the whole check (the device tool's 10-minute limit).
+# e.g. --only 'ctest|bench-fp8' to repeat two steps after a fix; --corpus-filter EXPR runs only the
+# redirection corpus's programs and targets that pytest's -k EXPR selects (e.g. 'profile_and_resume').
+# scripts/gpu-check-detached.sh runs this script in calls shorter than the whole check (the device
+# tool's 10-minute limit).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,12 +28,14 @@ WORK=/tmp/torchbridge-gpu-check
 JOBS="$(nproc)"
 ALLOW_NO_GPU=0
 ONLY=""
+CORPUS_FILTER=()
 while (($#)); do
   case "$1" in
     --work) WORK="$2"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
     --allow-no-gpu) ALLOW_NO_GPU=1; shift ;;
     --only) ONLY="$2"; shift 2 ;;
+    --corpus-filter) CORPUS_FILTER=(-k "$2"); shift 2 ;;
     -h|--help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -182,12 +187,24 @@ python_probe() {  # python_probe PROGRAM: runs it; on a crash, the versions and 
     echo "--- unwinder and C++ runtime symbols defined by $lib:"
     nm -D --defined-only "$lib" 2>/dev/null | grep -E ' (_Unwind_|__cxa_|__gxx_personality|_ZSt9terminate)' | head -20
   done
+  under_debugger "$WORK/venv/bin/python" -c "$1"
+  return "$code"
+}
+under_debugger() {  # under_debugger COMMAND...: runs it again under gdb; the native stack of a crash
   local debugger
   debugger="$(command -v gdb || command -v cuda-gdb)"
   if [[ -n "$debugger" ]]; then
-    "$debugger" -batch -ex run -ex bt -ex 'info sharedlibrary' --args "$WORK/venv/bin/python" -c "$1" 2>&1 | tail -n 200
+    "$debugger" -batch -ex run -ex bt -ex 'info sharedlibrary' --args "$@" 2>&1 | tail -n 200
   else
     echo "(no gdb or cuda-gdb on this machine)"
+  fi
+}
+native_probe() {  # native_probe PROGRAM ARGS...: runs it; killed by a signal, once more under gdb
+  "$@"
+  local code=$?
+  if ((code > 128)); then
+    echo "--- killed by signal $((code - 128)): $*; again under a debugger"
+    under_debugger "$@"
   fi
   return "$code"
 }
@@ -267,7 +284,7 @@ TARGETS=cpu,emu
 PYTEST_WORKERS=()  # pytest-xdist where the machine has it (the GPU image does; the dev venv need not)
 "$WORK/venv/bin/python" -c 'import xdist' 2>/dev/null && PYTEST_WORKERS=(-n "$(( JOBS < 8 ? JOBS : 8 ))")
 step redirect-corpus env TORCHBRIDGE_REDIRECT_TARGETS="$TARGETS" "$WORK/venv/bin/python" -m pytest -q \
-  -p no:cacheprovider "${PYTEST_WORKERS[@]}" "$ROOT/tests/python/test_redirect_corpus.py"
+  -p no:cacheprovider "${PYTEST_WORKERS[@]}" "${CORPUS_FILTER[@]}" "$ROOT/tests/python/test_redirect_corpus.py"
 
 # The CTest entries that touch CUDA, NCCL or the one-accelerator rule (CUDA backend, cudasdk's
 # runtime, the contract suite's cuda cases, the contract devices, NCCL, test_one_accelerator), ahead
@@ -276,7 +293,8 @@ step ctest-gpu ctest --test-dir "$WORK/build" --output-on-failure --timeout 300 
   -R '[Cc]uda|Gpu|Nccl|accelerator|Accelerator|contract\.'
 
 # Every micro-benchmark group in one table (the GPU's SDK figures through cudasdk are separate).
-step bench-all "$CLI" bench   # cpu and the best accelerator (cuda on a GPU machine)
+# Both GPU runs so far saw it die after "checkpoint cuda: load 64 MiB" (exit 139 on 2026-11-26).
+step bench-all native_probe "$CLI" bench   # cpu and the best accelerator (cuda on a GPU machine)
 # Issue 14's GPU figures: FP8 Linear vs bf16 at 8192 (goal >= 1.3x, through torch._scaled_mm),
 # FP8-vs-BF16 training accuracy on the built-in transformer, O2 bf16 vs fp32 (goal >= 2x).
 gpu_step bench-fp8 "$WORK/build/bin/fp8_benchmark" cuda 8192 5

@@ -3,6 +3,7 @@ written on GPU machines and torch.random.fork_rng under `torchbridge run`. A che
 GPU differs from one saved on the CPU only in each storage's location tag ("cuda:1"), which torch
 writes through torch.serialization.location_tag; the tests write exactly that."""
 
+import contextlib
 import io
 
 import pytest
@@ -79,23 +80,61 @@ def test_without_redirection_torch_refuses_the_gpu_checkpoint_as_before(saved_on
         load(saved_on_cuda_1)
 
 
+# fork_rng as programs call it: the device type left to torch (2.11 and 2.12: "cuda"; 2.13: the
+# current accelerator, else "cuda") or named.
+FORK_RNG_DEVICE_TYPES = [{}, {"device_type": "cuda"}, {"device_type": "cuda:0"}]
+
+
+@pytest.mark.parametrize("device_type", FORK_RNG_DEVICE_TYPES, ids=["default", "cuda", "cuda:0"])
 @pytest.mark.parametrize("target", ["cpu", "emu"])
-def test_fork_rng_restores_the_target_generators(target):
-    # fork_rng looks the device's module up through torch.get_device_module("cuda"); with the CPU
-    # as the target that was torch.cpu, which has no get_rng_state (AttributeError).
+def test_fork_rng_restores_the_target_generators(target, device_type):
+    # torch 2.13 finds the device's module through torch.get_device_module("cuda"); with the CPU as
+    # the target that was torch.cpu, which has no get_rng_state (AttributeError). torch 2.11 and
+    # 2.12 take getattr(torch, torch.device("cuda").type), torch.cpu as well (the corpus's
+    # profile_and_resume.py on the H200, torch 2.11), which this torch cannot show.
     with redirect.redirected(target):
         torch.manual_seed(1)
         torch.cuda.manual_seed_all(1)
         expected = torch.rand(4, device="cuda").cpu()
         torch.manual_seed(1)
         torch.cuda.manual_seed_all(1)
-        with torch.random.fork_rng(devices=[0]):
+        with torch.random.fork_rng(devices=[0], **device_type):
             torch.manual_seed(99)
             torch.cuda.manual_seed(99)
             inside = torch.rand(4, device="cuda").cpu()
         after = torch.rand(4, device="cuda").cpu()
     assert torch.equal(after, expected)
     assert not torch.equal(inside, expected)
+
+
+@contextlib.contextmanager
+def fork_rng_as_torch_2_11_looks_up_the_device(devices=None, enabled=True, _caller="fork_rng", _devices_kw="devices",
+                                             device_type="cuda"):
+    """torch 2.11's fork_rng reduced to its lookup, which this torch no longer has: the device's
+    module is getattr(torch, torch.device(device_type).type)."""
+    module = getattr(torch, torch.device(device_type).type)
+    devices = list(range(module.device_count())) if devices is None else list(devices)
+    cpu_state, device_states = torch.get_rng_state(), [module.get_rng_state(index) for index in devices]
+    try:
+        yield
+    finally:
+        torch.set_rng_state(cpu_state)
+        for index, state in zip(devices, device_states):
+            module.set_rng_state(state, index)
+
+
+@pytest.mark.parametrize("target", ["cpu", "emu"])
+def test_fork_rng_restores_the_generators_with_torch_2_11s_lookup(target, monkeypatch):
+    monkeypatch.setattr(torch.random, "fork_rng", fork_rng_as_torch_2_11_looks_up_the_device)
+    with redirect.redirected(target):
+        torch.cuda.manual_seed(7)
+        expected = torch.rand(3, device="cuda").cpu()
+        torch.cuda.manual_seed(7)
+        with torch.random.fork_rng(devices=[0]):
+            torch.cuda.manual_seed(123)
+            torch.rand(3, device="cuda")
+        after = torch.rand(3, device="cuda").cpu()
+    assert torch.equal(after, expected)
 
 
 def test_get_device_module_answers_for_the_target_and_leaves_torch_cache_clean():

@@ -4,6 +4,7 @@ the Patcher so it can be undone exactly."""
 
 import functools
 import importlib
+import inspect
 
 import torch
 import torch.nn
@@ -66,6 +67,29 @@ def _with_device_argument(method, redirector):
         return method(self, redirector.resolve(device) if is_device_like(device) else device)
 
     return with_device_argument
+
+
+def _fork_only_the_cpu_rng(patcher, original_device):
+    """torch.random.fork_rng for a device (cuda by default) when the CPU is the target.
+
+    There the device's generator is the CPU's, which fork_rng always forks. torch 2.13 finds the
+    device's module through torch.get_device_module (replaced below in install), but torch 2.11
+    and 2.12 take getattr(torch, torch.device(device_type).type): "cuda" resolves to "cpu", and
+    torch.cpu has no generator functions (fork_rng(devices=[0]) raised AttributeError on the
+    H200 run, torch 2.11). Asking for no device of the type "cpu" forks the same state in both."""
+    original_fork_rng = torch.random.fork_rng
+    signature = inspect.signature(original_fork_rng)
+
+    @functools.wraps(original_fork_rng)
+    def fork_rng(*args, **kwargs):
+        call = signature.bind(*args, **kwargs)
+        call.apply_defaults()
+        device_type = call.arguments["device_type"]
+        if device_type is None or original_device(device_type).type not in ("cpu", "meta"):
+            call.arguments.update(devices=[], device_type="cpu")
+        return original_fork_rng(*call.args, **call.kwargs)
+
+    patcher.replace(torch.random, "fork_rng", fork_rng)
 
 
 def install(redirector, patcher):
@@ -149,6 +173,8 @@ def install(redirector, patcher):
     # specially; this replacement leads it to the same one.
     get_device_module.__wrapped__ = find_device_module
     patcher.replace(torch, "get_device_module", get_device_module)
+    if host_only:
+        _fork_only_the_cpu_rng(patcher, original_device)
 
     # -- storages made directly: torch.UntypedStorage(n, device="cuda") ---------------------------------
     # Their constructors are torch's C StorageBase.__new__ (UntypedStorage inherits it) and
