@@ -194,7 +194,10 @@ under_debugger() {  # under_debugger COMMAND...: runs it again under gdb; the na
   local debugger
   debugger="$(command -v gdb || command -v cuda-gdb)"
   if [[ -n "$debugger" ]]; then
-    "$debugger" -batch -ex run -ex bt -ex 'info sharedlibrary' --args "$@" 2>&1 | tail -n 200
+    # A jump through a null pointer leaves no frame to unwind ("#0 0x0 in ??", bench-all on the
+    # H200): the return address on top of the stack then names the caller.
+    "$debugger" -batch -ex run -ex bt -ex 'x/4a $sp' -ex 'info registers rip rsp' -ex 'thread apply all bt 12' \
+      -ex 'info sharedlibrary' --args "$@" 2>&1 | tail -n 300
   else
     echo "(no gdb or cuda-gdb on this machine)"
   fi
