@@ -86,7 +86,18 @@ ProcessGroup::ProcessGroup(LaunchEnvironment environment, CollectiveBackend back
   }
 }
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+  // The last owner ends c10d's group as torch's destroy_process_group() does. Left to its own
+  // destructor, ProcessGroupNCCL shuts itself down the same way but first warns that
+  // "destroy_process_group() was not called", a Python function, at the end of every C++ program
+  // (the H200's distributed_benchmark). A group something else still holds is left to it.
+  if (!native_ || native_.use_count() != 1) return;
+  try {
+    native_->shutdown();
+  } catch (const std::exception& error) {  // a destructor must not throw; the group is lost either way
+    TORCH_WARN("rank ", environment_.rank, ": shutting the process group down failed: ", error.what());
+  }
+}
 
 void ProcessGroup::raise_failure(const std::string& operation, const std::string& cause) const {
   // Which rank was lost comes first: it is what the reader needs, and the cause, what Gloo saw
