@@ -6,6 +6,7 @@ CPU or from torch's documented semantics."""
 
 import ast
 import importlib
+import threading
 
 import pytest
 import torch
@@ -329,6 +330,34 @@ def test_streams_default_and_set():
         finally:
             torch.cuda.set_stream(torch.cuda.default_stream())
         assert torch.cuda.current_stream() == torch.cuda.default_stream()
+
+
+def test_streams_of_the_cpu_target_answer_as_cuda_streams_do():
+    # Before: device None, no priority, stream_id, device_type or device_index (AttributeError), a
+    # new object from every current_stream() call, and torch.cuda.stream(s) left the current one.
+    with redirect.redirected("cpu"):
+        default = torch.cuda.default_stream()
+        assert torch.cuda.current_stream() == default and default.stream_id == 0
+        assert (default.device, default.device_type, default.device_index) == (torch.device("cpu"), 0, 0)
+        side = torch.cuda.Stream(priority=-1)
+        assert side != default and side.stream_id != 0 and {side, default} == {default, side}
+        assert side.priority == 0 and torch.cuda.Stream.priority_range() == (0, 0)  # one level, as CUDA clamps
+        with torch.cuda.stream(side):
+            assert torch.cuda.current_stream() == side
+            seen_by_another_thread = []
+            worker = threading.Thread(target=lambda: seen_by_another_thread.append(torch.cuda.current_stream()))
+            worker.start()
+            worker.join()
+            assert seen_by_another_thread == [default]  # the current stream is per thread, as CUDA's
+        assert torch.cuda.current_stream() == default
+        torch.cuda.set_stream(side)
+        try:
+            assert torch.cuda.current_stream() == side
+        finally:
+            torch.cuda.set_stream(default)
+        with pytest.raises(AttributeError, match="no CUDA stream handle"):
+            side.cuda_stream
+        assert not hasattr(default, "cuda_stream")
 
 
 def test_nested_memory_statistics_follow_the_flat_ones():

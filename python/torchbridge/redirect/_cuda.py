@@ -9,7 +9,7 @@ import torch
 from ..backends import BackendFactory
 from ..backends.device_info import cuda_capability
 from . import _cuda_native, _cuda_unavailable
-from ._host import HostEvent, HostStream
+from ._host import DEFAULT_HOST_STREAM, HostEvent, HostStream, current_host_stream, set_current_host_stream
 from ._proxy import proxy_class
 
 
@@ -159,7 +159,8 @@ def build(redirector):
     # -- streams and events ---------------------------------------------------------------------------
     def make_stream(device=None, priority=0, **kwargs):
         if on_cpu:
-            return HostStream(device, priority)
+            index_of(device)  # a device the target does not have is refused here as elsewhere
+            return HostStream()
         return torch.Stream(torch.device(device_type, index_of(device)), priority=priority)
 
     def make_event(enable_timing=False, blocking=False, interprocess=False):
@@ -168,11 +169,11 @@ def build(redirector):
         return torch.Event(torch.device(device_type, index_of()), enable_timing=enable_timing)
 
     def current_stream(device=None):
-        return HostStream() if on_cpu else torch.accelerator.current_stream(index_of(device))
+        return current_host_stream() if on_cpu else torch.accelerator.current_stream(index_of(device))
 
     def default_stream(device=None):
         if on_cpu:
-            return HostStream()
+            return DEFAULT_HOST_STREAM
         index = index_of(device)
         # torch.Stream takes the device type as c10's number, which a stream of the target knows.
         return torch.Stream(stream_id=0, device_index=index,
@@ -180,7 +181,7 @@ def build(redirector):
 
     @contextlib.contextmanager
     def stream(s):
-        if s is None or on_cpu:
+        if s is None:
             yield
             return
         with s:
@@ -211,7 +212,11 @@ def build(redirector):
         return (torch if on_cpu else device_module).initial_seed()
 
     def set_stream(stream):
-        if stream is not None and not on_cpu:
+        if stream is None:
+            return
+        if on_cpu:
+            set_current_host_stream(stream)
+        else:
             torch.accelerator.set_stream(stream)
 
     stream_type, event_type = (HostStream, HostEvent) if on_cpu else (torch.Stream, torch.Event)
@@ -225,7 +230,8 @@ def build(redirector):
         "reset_peak_memory_stats": reset_peak_memory_stats, "empty_cache": empty_cache,
         "mem_get_info": mem_get_info, "manual_seed": manual_seed, "manual_seed_all": manual_seed_all,
         "get_rng_state": get_rng_state, "set_rng_state": set_rng_state,
-        "Stream": proxy_class(stream_type, make_stream, "Stream"),
+        "Stream": proxy_class(stream_type, make_stream, "Stream",
+                              {"priority_range": HostStream.priority_range} if on_cpu else None),
         "Event": proxy_class(event_type, make_event, "Event"),
         "current_stream": current_stream, "default_stream": default_stream,
         "stream": stream, "is_bf16_supported": is_bf16_supported, "is_initialized": lambda: True,

@@ -3,8 +3,9 @@ the real objects their redirected way while isinstance/issubclass keep answering
 type, so user code that checks types keeps working."""
 
 
-def proxy_class(real_type, make, name=None):
-    """A class whose call is `make(*args, **kwargs)` and whose instances are `real_type`'s."""
+def proxy_class(real_type, make, name=None, class_attributes=None):
+    """A class whose call is `make(*args, **kwargs)` and whose instances are `real_type`'s, with
+    `class_attributes` (static methods such as torch.cuda.Stream.priority_range) on the class."""
 
     class Meta(type):
         def __instancecheck__(cls, obj):
@@ -16,4 +17,5 @@ def proxy_class(real_type, make, name=None):
         def __call__(cls, *args, **kwargs):
             return make(*args, **kwargs)
 
-    return Meta(name or real_type.__name__, (), {"__doc__": real_type.__doc__, "__module__": real_type.__module__})
+    namespace = {"__doc__": real_type.__doc__, "__module__": real_type.__module__, **(class_attributes or {})}
+    return Meta(name or real_type.__name__, (), namespace)
