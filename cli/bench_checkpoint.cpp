@@ -7,6 +7,7 @@
 #include <torchbridge/checkpoint/checkpoint.h>
 #include <torchbridge/checkpoint/safetensors.h>
 #include <torchbridge/registry.h>
+#include <torchbridge/remove_tree.h>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -18,8 +19,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,8 +42,11 @@ class ScratchDirectory {
     path_ = pattern;
   }
   ~ScratchDirectory() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
+    try {
+      remove_tree(path_);
+    } catch (const std::exception& error) {  // a destructor must not throw: say what was left behind
+      std::cerr << "warning: " << error.what() << "\n";
+    }
   }
   ScratchDirectory(const ScratchDirectory&) = delete;
   ScratchDirectory& operator=(const ScratchDirectory&) = delete;

@@ -3,6 +3,8 @@
 // (which cannot clean up) leaves nothing behind; committed, the target holds exactly the bytes.
 #include "checkpoint/atomic_file.h"
 
+#include <torchbridge/remove_tree.h>
+
 #include <gtest/gtest.h>
 
 #include "unnamed_files.h"
@@ -22,10 +24,10 @@ class AtomicFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
     directory_ = ::testing::TempDir() + "atomic_file_" + std::to_string(::getpid());
-    std::filesystem::remove_all(directory_);
+    remove_tree(directory_);
     std::filesystem::create_directories(directory_);
   }
-  void TearDown() override { std::filesystem::remove_all(directory_); }
+  void TearDown() override { remove_tree(directory_); }
 
   // The OS is the reference: can an unnamed file be made in this directory at all?
   bool filesystem_has_o_tmpfile() const { return test_support::unnamed_files_work_in(directory_); }

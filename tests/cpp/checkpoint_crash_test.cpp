@@ -1,6 +1,7 @@
 // A checkpoint being rewritten is killed with SIGKILL at random points; after every kill the file
 // must still open, validate, and hold one complete version (never a mix or a torn write).
 #include <torchbridge/checkpoint/safetensors.h>
+#include <torchbridge/remove_tree.h>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -79,7 +80,7 @@ TEST(CheckpointCrashSafety, SurvivesFiftyKillsAtRandomPoints) {
     }
     EXPECT_LE(leftovers, 2) << "killed writers left temporary files beside the checkpoint";
   }
-  std::filesystem::remove_all(directory);
+  remove_tree(directory);
 }
 
 }  // namespace
