@@ -246,8 +246,10 @@ os._exit(0)
 def test_torchrun_starts_each_worker_under_run(tmp_path):
     # torchrun starts workers as plain interpreters; --no-python makes each one `torchbridge run`.
     (tmp_path / "train.py").write_text(TORCHRUN_PROGRAM)
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    result = subprocess.run([torchrun, "--standalone", "--no-python", "--nproc-per-node", "2", CONSOLE_SCRIPT,
+    # torchrun as a module: a virtual environment that sees torch through another one's
+    # site-packages (scripts/gpu-check.sh's) has no torchrun script of its own.
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    result = subprocess.run([*torchrun, "--standalone", "--no-python", "--nproc-per-node", "2", CONSOLE_SCRIPT,
                              "run", "train.py"], capture_output=True, text=True, cwd=tmp_path, timeout=300,
                             env=dict(os.environ, TORCHBRIDGE_BACKEND="cpu"))
     assert result.returncode == 0, result.stderr[-3000:]

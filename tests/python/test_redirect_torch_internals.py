@@ -635,11 +635,10 @@ def test_an_fsdp2_program_trains_on_gloo_as_one_process_on_the_whole_batch(tmp_p
     # fully_shard over init_device_mesh("cuda"), launched by torchrun: with the CPU as the target the
     # mesh is the CPU's and the collectives Gloo's. Two ranks on half a batch each must end where one
     # process training on the whole batch ends.
-    import os
     import sys
 
-    torchrun = [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--standalone", "--no-python",
-                "--nproc-per-node", "2"]
+    # torchrun as a module (scripts/gpu-check.sh's virtual environment has no torchrun script).
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--no-python", "--nproc-per-node", "2"]
     result = _run_redirected(FSDP2_PROGRAM, "cpu", tmp_path, launcher=torchrun, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     reported = ast.literal_eval(result.stdout.split("parameters", 1)[1].strip())
