@@ -296,7 +296,8 @@ step ctest-gpu ctest --test-dir "$WORK/build" --output-on-failure --timeout 300 
   -R '[Cc]uda|Gpu|Nccl|accelerator|Accelerator|contract\.'
 
 # Every micro-benchmark group in one table (the GPU's SDK figures through cudasdk are separate).
-# Both GPU runs so far saw it die after "checkpoint cuda: load 64 MiB" (exit 139 on 2026-11-26).
+# A crash is run again under gdb: both H200 runs saw it die after "checkpoint cuda: load 64 MiB"
+# (torch 2.11's exported std::filesystem::remove_all; include/torchbridge/remove_tree.h).
 step bench-all native_probe "$CLI" bench   # cpu and the best accelerator (cuda on a GPU machine)
 # Issue 14's GPU figures: FP8 Linear vs bf16 at 8192 (goal >= 1.3x, through torch._scaled_mm),
 # FP8-vs-BF16 training accuracy on the built-in transformer, O2 bf16 vs fp32 (goal >= 2x).
