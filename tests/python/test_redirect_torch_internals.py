@@ -344,6 +344,9 @@ def test_streams_of_the_cpu_target_answer_as_cuda_streams_do():
         assert side.priority == 0 and torch.cuda.Stream.priority_range() == (0, 0)  # one level, as CUDA clamps
         with torch.cuda.stream(side):
             assert torch.cuda.current_stream() == side
+            with side:  # entered again inside itself: leaving it must not forget the default
+                assert torch.cuda.current_stream() == side
+            assert torch.cuda.current_stream() == side
             seen_by_another_thread = []
             worker = threading.Thread(target=lambda: seen_by_another_thread.append(torch.cuda.current_stream()))
             worker.start()

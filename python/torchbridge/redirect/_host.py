@@ -63,12 +63,14 @@ class HostStream:
         return True
 
     def __enter__(self):
-        self._previous = current_host_stream()
+        _streams_entered_from().append(current_host_stream())
         set_current_host_stream(self)
         return self
 
     def __exit__(self, *exc_info):
-        set_current_host_stream(self._previous)
+        # A stack, not an attribute of the stream: the same stream may be entered again inside
+        # itself, or from another thread.
+        set_current_host_stream(_streams_entered_from().pop())
         return False
 
 
@@ -82,6 +84,12 @@ def current_host_stream():
 
 def set_current_host_stream(stream):
     _current.stream = stream
+
+
+def _streams_entered_from():
+    if not hasattr(_current, "entered_from"):
+        _current.entered_from = []
+    return _current.entered_from
 
 
 class HostEvent:
