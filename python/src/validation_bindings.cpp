@@ -104,7 +104,15 @@ void bind_validation(py::module_& m) {
           std::vector<at::Tensor> tensors;
           for (const auto& capsule : inputs) tensors.push_back(from_capsule(capsule));
           const PythonModelSource source(std::move(place), kind);
-          return validation::report_json(validator.validate(source, tensors));
+          validation::ValidationReport report;
+          {
+            // The validator computes its reference on a thread of its own, which places and runs a
+            // copy through the Python callbacks: they take the GIL when they need it, so it must
+            // not be held here while the validator waits for that thread.
+            const py::gil_scoped_release release;
+            report = validator.validate(source, tensors);
+          }
+          return validation::report_json(report);
         });
   // One CPU result against its CPU reference under a precision's output bound: metrics and verdict.
   m.def("check_output", [](const py::capsule& result, const py::capsule& reference, const std::string& precision) {

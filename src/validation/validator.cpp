@@ -9,15 +9,22 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <exception>
+#include <future>
 #include <iomanip>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace torchbridge::validation {
 namespace {
@@ -54,11 +61,13 @@ std::string scientific(double value) {
 std::string format_bytes(int64_t bytes) { return std::to_string(bytes) + " B"; }
 
 // Libraries behind these backends (cuBLAS, cuDNN, oneDNN, MPS graphs) allocate workspaces on
-// first use and keep them; a warm-up run before the memory baseline keeps those out of the count.
-// The warm-up must include the backward pass: autograd runs it on its own device thread, and
-// cuBLAS keeps a separate handle and workspace (32 MiB on an H100) per thread and stream, so a
-// forward-only warm-up left the backward's workspace to be counted as a leak.
-bool needs_warm_up(c10::DeviceType type) {
+// first use and keep them, so device memory cannot be held to where it stood before the model was
+// placed. On them the memory check starts after the first (checked) run, which has allocated the
+// workspaces, and holds the second run on the reloaded copy to it. That first run includes the
+// backward: autograd runs it on its own device thread, and cuBLAS keeps a separate handle and
+// workspace (32 MiB on an H100) per thread and stream, which a forward-only first pass would
+// have left to be counted as a leak. (This replaced a separate warm-up run: one device pass less.)
+bool keeps_library_workspaces(c10::DeviceType type) {
   return type == c10::DeviceType::CUDA || type == c10::DeviceType::XPU || type == c10::DeviceType::MPS;
 }
 // On SDK devices the validator is the only user of device memory in this process, so the
@@ -74,17 +83,23 @@ bool bitwise_deterministic(c10::DeviceType type) {
 
 struct Reference {
   RunResult result;
-  OutputWeights weights;
   std::string description;
+  double seconds = 0;
 };
 
 // Standard normal weights from a seed, rounded to the compute precision (like the inputs, so a
 // backend holds them exactly), as float64.
-// Drawn once per set of shapes and reused by every run.
+// Drawn once per set of shapes and reused by every run; the reference's thread and the
+// backends' draw from the same cache, hence the lock.
 OutputWeights seeded_weights(uint64_t seed, c10::ScalarType compute) {
-  auto cache = std::make_shared<std::map<std::vector<std::vector<int64_t>>, std::vector<at::Tensor>>>();
+  struct Cache {
+    std::mutex mutex;
+    std::map<std::vector<std::vector<int64_t>>, std::vector<at::Tensor>> weights;
+  };
+  auto cache = std::make_shared<Cache>();
   return [seed, compute, cache](const std::vector<std::vector<int64_t>>& shapes) {
-    auto& weights = (*cache)[shapes];
+    const std::lock_guard<std::mutex> lock(cache->mutex);
+    auto& weights = cache->weights[shapes];
     if (weights.empty()) {
       at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
       for (const auto& shape : shapes) {
@@ -98,18 +113,19 @@ OutputWeights seeded_weights(uint64_t seed, c10::ScalarType compute) {
 
 // The model on the CPU in float64, or float32 when it cannot run in float64 (e.g. it casts
 // internally), holding its parameters rounded to the compute precision.
-Reference run_reference(const ModelSource& model, const std::vector<at::Tensor>& inputs, uint64_t seed,
-                        c10::ScalarType compute, c10::ScalarType storage) {
+Reference run_reference(const ModelSource& model, const std::vector<at::Tensor>& inputs,
+                        const OutputWeights& weights, c10::ScalarType storage) {
+  const auto start = Clock::now();
   Reference reference;
   std::string float64_error;
   for (const auto dtype : {at::kDouble, at::kFloat}) {
     try {
       auto placed = model.place(c10::Device(c10::kCPU), dtype, storage);
-      reference.weights = seeded_weights(seed + 1, compute);
-      reference.result = placed->run(inputs, reference.weights);
+      reference.result = placed->run(inputs, weights);
       reference.description = dtype == at::kDouble
                                   ? "cpu float64"
                                   : "cpu float32 (the model does not run in float64: " + float64_error + ")";
+      reference.seconds = seconds_since(start);
       return reference;
     } catch (const std::exception& e) {
       if (dtype == at::kDouble) {
@@ -123,12 +139,27 @@ Reference run_reference(const ModelSource& model, const std::vector<at::Tensor>&
   TORCH_CHECK(false, "unreachable");
 }
 
+// The reference on a thread of its own, started before the backends' runs and awaited only where
+// a backend's results are compared with it: the CPU computes it while the devices run (on a GPU,
+// the float64 reference alone took three times one forward+backward on the device). The thread
+// carries the caller's thread-local state (grad mode, dispatch settings) and intra-op thread count.
+std::shared_future<Reference> start_reference(const ModelSource& model, const std::vector<at::Tensor>& inputs,
+                                              const OutputWeights& weights, c10::ScalarType storage) {
+  return std::async(std::launch::async,
+                    [&model, &inputs, weights, storage, state = at::ThreadLocalState()] {
+                      const at::ThreadLocalStateGuard guard(state);
+                      at::init_num_threads();
+                      return run_reference(model, inputs, weights, storage);
+                    })
+      .share();
+}
+
 class BackendValidation {
  public:
   BackendValidation(const std::string& name, Backend& backend, const ModelSource& model,
-                    const std::vector<at::Tensor>& inputs, const Reference& reference, Precision precision,
-                    ValidationReport& report)
-      : name_(name), backend_(backend), device_(backend.device(0)), model_(model), inputs_(inputs),
+                    const std::vector<at::Tensor>& inputs, const OutputWeights& weights,
+                    const std::shared_future<Reference>& reference, Precision precision, ValidationReport& report)
+      : name_(name), backend_(backend), device_(backend.device(0)), model_(model), inputs_(inputs), weights_(weights),
         reference_(reference), report_(report),
         tolerance_(spec_of(precision == Precision::kFp32 && device_.is_cuda() ? Precision::kTf32 : precision)),
         dtype_(spec_of(precision).compute), storage_(spec_of(precision).storage) {}
@@ -136,33 +167,67 @@ class BackendValidation {
   template <typename Progress>
   void run(const Progress& progress) {
     const bool memory = device_.type() != c10::kCPU;
-    try {
-      if (memory && needs_warm_up(device_.type())) {
-        progress("warm-up");
-        model_.place(device_, dtype_, storage_)->run(inputs_, reference_.weights);
-      }
-    } catch (const std::exception& e) {
-      record(CheckKind::kRun, "model", false, std::nullopt, "failed on " + device_.str() + ": " + error_summary(e.what()));
-      return;  // nothing else can be checked, and no baseline was taken
+    if (!memory) {
+      report_.not_checked.push_back(name_ + ": memory — the CPU backend's statistics are process RSS, which "
+                                    "the C library does not return to a fixed baseline, so no leak check is made");
     }
-    MemoryStats baseline;
-    if (memory) baseline = settled_memory();
-    else report_.not_checked.push_back(name_ + ": memory — the CPU backend's statistics are process RSS, which "
-                                       "the C library does not return to a fixed baseline, so no leak check is made");
-    try {
-      progress("run and compare");
-      auto placed = model_.place(device_, dtype_, storage_);
-      const RunResult first = placed->run(inputs_, reference_.weights);
-      compare_outputs(first);
-      compare_gradients(first);
-      check_finite(first);
-      progress("determinism and round trip");
-      check_determinism_and_round_trip(*placed, first);
-    } catch (const std::exception& e) {
-      record(CheckKind::kRun, "model", false, std::nullopt, "failed on " + device_.str() + ": " + error_summary(e.what()));
+    // Two windows (keeps_library_workspaces): the whole validation where nothing is kept, and
+    // the second run, from after the first run to after the reloaded copy is released, everywhere.
+    std::optional<MemoryStats> before_placing, before_second_run, after_second_run;
+    if (memory && !keeps_library_workspaces(device_.type())) before_placing = settled_memory();
+    {
+      progress("run");
+      std::unique_ptr<PlacedModel> placed;
+      std::optional<RunResult> first;
+      try {
+        placed = model_.place(device_, dtype_, storage_);
+        first = placed->run(inputs_, weights_);
+      } catch (const std::exception& e) {
+        record(CheckKind::kRun, "model", false, std::nullopt, "failed on " + device_.str() + ": " + error_summary(e.what()));
+      }
+      // Everything the device does comes before the comparisons with the reference, so that it
+      // overlaps the reference's computation on its own thread.
+      const size_t device_checks = report_.checks.size();
+      if (first) {
+        try {
+          check_finite(*first);
+          if (memory) before_second_run = settled_memory();
+          progress("determinism and round trip");
+          check_determinism_and_round_trip(*placed, *first);
+          if (memory) after_second_run = settled_memory();
+        } catch (const std::exception& e) {
+          record(CheckKind::kRun, "model", false, std::nullopt,
+                 "failed on " + device_.str() + ": " + error_summary(e.what()));
+        }
+      }
+      progress("compare with the reference");
+      // Outside the try: an error here is the reference's (the model does not run on the CPU),
+      // not this backend's, and ends the whole validation as it would have before any backend ran.
+      const Reference& reference = reference_.get();
+      if (first) {
+        const size_t comparisons = report_.checks.size();
+        try {
+          compare_outputs(*first, reference);
+          compare_gradients(*first, reference);
+        } catch (const std::exception& e) {
+          record(CheckKind::kRun, "model", false, std::nullopt,
+                 "the results from " + device_.str() + " could not be compared with the reference: " +
+                     error_summary(e.what()));
+        }
+        // Reported in the order a reader checks them: outputs and gradients first.
+        std::rotate(report_.checks.begin() + static_cast<std::ptrdiff_t>(device_checks),
+                    report_.checks.begin() + static_cast<std::ptrdiff_t>(comparisons), report_.checks.end());
+      }
     }
     progress("memory");
-    if (memory) check_memory(baseline, settled_memory());
+    if (!memory) return;
+    std::vector<MemoryWindow> windows;
+    if (before_second_run && after_second_run) {
+      windows.push_back({"across the second run (on the reloaded copy)", *before_second_run, *after_second_run});
+    }
+    if (before_placing) windows.push_back({"from before placing to after releasing both copies", *before_placing,
+                                           settled_memory()});
+    check_memory(windows);
   }
 
  private:
@@ -189,8 +254,8 @@ class BackendValidation {
     record(check, subject, passed, comparison.metrics, detail.str());
   }
 
-  void compare_outputs(const RunResult& result) {
-    const auto& expected = reference_.result.outputs;
+  void compare_outputs(const RunResult& result, const Reference& reference) {
+    const auto& expected = reference.result.outputs;
     if (result.outputs.size() != expected.size()) {
       record(CheckKind::kOutput, "outputs", false, std::nullopt,
              std::to_string(result.outputs.size()) + " outputs, reference has " + std::to_string(expected.size()));
@@ -201,9 +266,9 @@ class BackendValidation {
     }
   }
 
-  void compare_gradients(const RunResult& result) {
+  void compare_gradients(const RunResult& result, const Reference& reference) {
     std::map<std::string, at::Tensor> got(result.gradients.begin(), result.gradients.end());
-    for (const auto& [name, expected] : reference_.result.gradients) {
+    for (const auto& [name, expected] : reference.result.gradients) {
       const auto it = got.find(name);
       if (it == got.end()) {
         record(CheckKind::kGradient, name, false, std::nullopt, "no gradient on " + device_.str() + "; the reference has one");
@@ -275,7 +340,7 @@ class BackendValidation {
     // forward instead of a forward and backward. GPU backends repeat the backward too, where
     // atomics in reductions make gradients the usual place for run-to-run differences.
     const bool with_gradients = !bitwise_deterministic(device_.type());
-    const OutputWeights repeat_weights = with_gradients ? reference_.weights : OutputWeights();
+    const OutputWeights repeat_weights = with_gradients ? weights_ : OutputWeights();
     const std::string compared = with_gradients ? "outputs and gradients" : "outputs";
     const RunResult reloaded = placed.save_and_reload()->run(inputs_, repeat_weights);
     const Difference after_reload = difference(first, reloaded, with_gradients);
@@ -316,30 +381,50 @@ class BackendValidation {
     return true;
   }
 
+  // Where the device's own free memory is compared, the allocator's cache is emptied first so
+  // that cached blocks count as free; the allocator's own figures need no such step, and on CUDA
+  // emptying it would only make the next run allocate from the driver again.
   MemoryStats settled_memory() {
     backend_.synchronize(device_.index());
-    backend_.empty_cache();
+    if (check_device_free_memory(device_.type())) backend_.empty_cache();
     return backend_.memory_stats(device_.index());
   }
 
-  void check_memory(const MemoryStats& before, const MemoryStats& after) {
+  struct MemoryWindow {
+    std::string span;  // e.g. "across the second run (on the reloaded copy)"
+    MemoryStats before;
+    MemoryStats after;
+  };
+
+  void check_memory(const std::vector<MemoryWindow>& windows) {
+    if (windows.empty()) {
+      report_.not_checked.push_back(name_ + ": memory — the model did not run on " + device_.str() +
+                                    ", and this backend's check starts after a first run (its libraries keep "
+                                    "workspaces they allocate on first use)");
+      return;
+    }
     std::ostringstream detail;
     bool passed = true;
     bool measured = false;
-    if (before.allocated_bytes && after.allocated_bytes) {
+    for (const auto& [span, before, after] : windows) {
+      std::ostringstream figures;
+      if (before.allocated_bytes && after.allocated_bytes) {
+        passed = passed && *after.allocated_bytes == *before.allocated_bytes;
+        figures << "allocated " << format_bytes(*before.allocated_bytes) << " -> "
+                << format_bytes(*after.allocated_bytes);
+      }
+      if (check_device_free_memory(device_.type()) && before.free_bytes && after.free_bytes) {
+        passed = passed && *after.free_bytes == *before.free_bytes;
+        figures << (figures.tellp() > 0 ? ", " : "") << "device free " << format_bytes(*before.free_bytes) << " -> "
+                << format_bytes(*after.free_bytes);
+      }
+      if (figures.tellp() == 0) continue;
       measured = true;
-      passed = passed && *after.allocated_bytes == *before.allocated_bytes;
-      detail << "allocated " << format_bytes(*before.allocated_bytes) << " -> " << format_bytes(*after.allocated_bytes);
-    }
-    if (check_device_free_memory(device_.type()) && before.free_bytes && after.free_bytes) {
-      measured = true;
-      passed = passed && *after.free_bytes == *before.free_bytes;
-      detail << (detail.tellp() > 0 ? "; " : "") << "device free " << format_bytes(*before.free_bytes) << " -> "
-             << format_bytes(*after.free_bytes);
+      detail << (detail.tellp() > 0 ? "; " : "") << span << ": " << figures.str();
     }
     if (!measured) {
       report_.not_checked.push_back(name_ + ": memory — the backend reports no allocator statistics (" +
-                                    after.source + ")");
+                                    windows.front().after.source + ")");
       return;
     }
     record(CheckKind::kMemory, "returns to baseline", passed, std::nullopt, detail.str());
@@ -350,7 +435,8 @@ class BackendValidation {
   c10::Device device_;
   const ModelSource& model_;
   const std::vector<at::Tensor>& inputs_;
-  const Reference& reference_;
+  const OutputWeights& weights_;  // the loss's weights, the reference's too
+  const std::shared_future<Reference>& reference_;
   ValidationReport& report_;
   const PrecisionSpec& tolerance_;  // the bounds the comparisons use
   c10::ScalarType dtype_;
@@ -509,15 +595,13 @@ ValidationReport Validator::validate(const ModelSource& given, const std::vector
   report.model_kind = model.kind();
   report.precision = options_.precision;
   report.backends = options_.backends;
-  int total = 1;  // the reference, then per backend: [warm-up,] run and compare, determinism, memory
-  for (const auto& backend : backends_) total += needs_warm_up(backend->device_type()) ? 4 : 3;
+  // The reference; per backend: run, determinism and round trip, compare, memory.
+  const int total = 1 + 4 * static_cast<int>(backends_.size());
   int done = 0;
   const auto progress = [&](const std::string& backend, const std::string& step) {
     if (options_.progress) options_.progress(backend, step, done, total);
     ++done;
   };
-  progress("cpu", "reference");
-  const auto reference_start = Clock::now();
   // Inputs rounded to the compute precision: the reference and the backends start from the
   // same values, so a comparison measures the backends' arithmetic.
   const PrecisionSpec& spec = spec_of(options_.precision);
@@ -527,17 +611,19 @@ ValidationReport Validator::validate(const ModelSource& given, const std::vector
     rounded_inputs.push_back(at::isFloatingType(input.scalar_type()) ? input.to(compute).to(input.scalar_type())
                                                                      : input);
   }
-  const Reference reference =
-      run_reference(model, rounded_inputs, options_.seed, compute, spec.storage);
-  report.reference_seconds = seconds_since(reference_start);
-  report.reference = reference.description;
+  const OutputWeights weights = seeded_weights(options_.seed + 1, compute);
+  progress("cpu", "reference");
+  // Joined before this function returns, also when it throws (the future from std::async waits).
+  const std::shared_future<Reference> reference = start_reference(model, rounded_inputs, weights, spec.storage);
   for (size_t b = 0; b < backends_.size(); ++b) {
     const std::string& name = options_.backends[b];
     const auto start = Clock::now();
-    BackendValidation(name, *backends_[b], model, rounded_inputs, reference, options_.precision, report)
+    BackendValidation(name, *backends_[b], model, rounded_inputs, weights, reference, options_.precision, report)
         .run([&](const std::string& step) { progress(name, step); });
     report.timings.push_back({name, seconds_since(start)});
   }
+  report.reference_seconds = reference.get().seconds;
+  report.reference = reference.get().description;
   if (options_.progress) options_.progress("", "done", total, total);
   return report;
 }

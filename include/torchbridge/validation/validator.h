@@ -8,7 +8,9 @@
 //   finite       no NaN/Inf in outputs or gradients
 //   determinism  a second run on the same copy gives the same results
 //   round_trip   the copy saved in its own format and reloaded on the device reproduces the outputs
-//   memory       the device's allocator and free memory return to their baselines afterwards
+//   memory       the device's allocator and free memory return to their baselines: across the
+//                second run on every device, and over the whole validation where the device's
+//                libraries keep no workspaces (SDK devices)
 // Precisions and their tolerances come from one table (<torchbridge/precision.h>).
 
 #include <torchbridge/precision.h>
@@ -68,6 +70,9 @@ class PlacedModel {
 };
 
 // A model of any kind the validator can place on devices; placing never changes the source.
+// The validator places and runs the CPU float64 reference on a thread of its own while the
+// backends' copies are placed and run: place() and the runs of different copies must allow being
+// called from two threads at once (the model kinds built in do; the Python one takes the GIL).
 class ModelSource {
  public:
   virtual ~ModelSource() = default;
