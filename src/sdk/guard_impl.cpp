@@ -43,11 +43,13 @@ class SdkGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Stream getDefaultStream(c10::Device device) const override {
     return default_stream(resolve(device.index()));
   }
-  c10::Stream getStreamFromGlobalPool(c10::Device device, bool /*high_priority*/) const override {
-    return pool_stream(resolve(device.index()));
+  // CUDA's answer to both: a stream from a pool. High priority is -1, as torch.cuda's pools have
+  // it (lower runs first); the runtime receives the number and may clamp it to what it supports.
+  c10::Stream getStreamFromGlobalPool(c10::Device device, bool high_priority) const override {
+    return pool_stream(resolve(device.index()), high_priority ? -1 : 0);
   }
   c10::Stream getNewStream(c10::Device device, int priority) const override {
-    return new_stream(resolve(device.index()), priority);
+    return pool_stream(resolve(device.index()), priority);
   }
   c10::Stream exchangeStream(c10::Stream stream) const override { return exchange_current_stream(stream); }
 

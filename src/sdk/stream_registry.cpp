@@ -3,8 +3,8 @@
 #include "sdk/runtime_handle.h"
 
 #include <algorithm>
-#include <atomic>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -13,10 +13,16 @@
 namespace torchbridge::sdk {
 namespace {
 
+// The streams of one priority: kStreamPoolSize of them, handed out in turn.
+struct PriorityPool {
+  std::vector<c10::StreamId> ids;
+  size_t next = 0;
+};
+
 struct DeviceStreams {
   std::mutex mutex;
-  std::deque<tb_stream> handles;  // index = c10 stream id; a deque keeps growth cheap
-  std::atomic<int> next_pool{0};
+  std::deque<tb_stream> handles;       // index = c10 stream id; a deque keeps growth cheap
+  std::map<int, PriorityPool> pools;  // by priority; priority 0's holds ids 1..kStreamPoolSize
 };
 
 std::vector<std::unique_ptr<DeviceStreams>> devices;
@@ -40,12 +46,24 @@ std::vector<c10::StreamId>& thread_current() {
   return current;
 }
 
+// The pool of `priority` on a device, its streams created on first use. Caller holds the lock.
+PriorityPool& pool_of(DeviceStreams& streams, c10::DeviceIndex device, int requested) {
+  const int priority = std::clamp(requested, kHighestStreamPriority, 0);
+  PriorityPool& pool = streams.pools[priority];
+  while (pool.ids.size() < static_cast<size_t>(kStreamPoolSize)) {
+    streams.handles.push_back(create(device, priority));
+    pool.ids.push_back(static_cast<c10::StreamId>(streams.handles.size() - 1));
+  }
+  return pool;
+}
+
 }  // namespace
 
 void init_streams(int device_count) {
   for (int d = 0; d < device_count; ++d) {
     auto streams = std::make_unique<DeviceStreams>();
-    for (int i = 0; i <= kStreamPoolSize; ++i) streams->handles.push_back(create(d, 0));
+    streams->handles.push_back(create(d, 0));  // id 0: the default stream
+    pool_of(*streams, static_cast<c10::DeviceIndex>(d), 0);
     devices.push_back(std::move(streams));
   }
 }
@@ -69,19 +87,12 @@ c10::Stream current_stream(c10::DeviceIndex device) {
                      thread_current()[device]);
 }
 
-c10::Stream pool_stream(c10::DeviceIndex device) {
+c10::Stream pool_stream(c10::DeviceIndex device, int priority) {
   DeviceStreams& streams = streams_of(device);
-  const int slot = 1 + streams.next_pool.fetch_add(1) % kStreamPoolSize;
-  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), slot);
-}
-
-c10::Stream new_stream(c10::DeviceIndex device, int priority) {
-  DeviceStreams& streams = streams_of(device);
-  tb_stream handle = create(device, priority);
   std::lock_guard<std::mutex> lock(streams.mutex);
-  streams.handles.push_back(handle);
-  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device),
-                     static_cast<c10::StreamId>(streams.handles.size() - 1));
+  PriorityPool& pool = pool_of(streams, device, priority);
+  const c10::StreamId id = pool.ids[pool.next++ % pool.ids.size()];
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
 }
 
 c10::Stream exchange_current_stream(const c10::Stream& stream) {

@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include "error_message.h"
+#include "sdk/stream_registry.h"
+
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <dlfcn.h>
 
@@ -15,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,6 +89,47 @@ TEST(Sdk, LoadingByBackendNameRegistersTheDevice) {
   EXPECT_FALSE(backend->is_real_hardware());
   const auto devices = available_devices();
   EXPECT_NE(std::find(devices.begin(), devices.end(), "emu"), devices.end());
+}
+
+// torch.Stream(), torch.cuda.Stream() under redirection and c10's getNewStream take streams from
+// pools, as CUDA's do. They used to create a runtime stream each (an emu worker thread), never
+// destroyed: a program making a stream per iteration grew by a thread per iteration.
+TEST(Sdk, NewStreamsComeFromAPoolPerPriority) {
+  const c10::Device device = emu();
+  const c10::impl::VirtualGuardImpl guard(c10::DeviceType::PrivateUse1);
+  const auto ids_of = [&](int priority) {
+    std::set<c10::StreamId> ids;
+    c10::StreamId previous = -1;
+    for (int i = 0; i < 5 * kStreamPoolSize; ++i) {
+      const c10::StreamId id = guard.getNewStream(device, priority).id();
+      EXPECT_NE(id, previous) << "two streams asked for in a row must differ";
+      previous = id;
+      ids.insert(id);
+    }
+    return ids;
+  };
+  const std::set<c10::StreamId> normal = ids_of(0), high = ids_of(-1), highest = ids_of(kHighestStreamPriority);
+  EXPECT_EQ(normal.size(), static_cast<size_t>(kStreamPoolSize));
+  EXPECT_EQ(high.size(), static_cast<size_t>(kStreamPoolSize));
+  EXPECT_EQ(normal.count(0), 0u) << "the default stream is not handed out";
+  for (const c10::StreamId id : high) {
+    EXPECT_EQ(normal.count(id), 0u) << "priority -1 shares stream " << id << " with priority 0";
+    EXPECT_EQ(highest.count(id), 0u);
+  }
+  // Out-of-range priorities are clamped, as torch clamps CUDA's: no new pools.
+  EXPECT_EQ(ids_of(7), normal);
+  EXPECT_EQ(ids_of(-100), highest);
+  EXPECT_EQ(high.count(guard.getStreamFromGlobalPool(device, /*isHighPriority=*/true).id()), 1u);
+  EXPECT_EQ(normal.count(guard.getStreamFromGlobalPool(device, /*isHighPriority=*/false).id()), 1u);
+  // Work on a pooled stream still runs and is waited for.
+  const c10::Stream stream = guard.getNewStream(device, -1);
+  {
+    const c10::StreamGuard on_stream(stream);
+    const at::Tensor t = at::arange(1000, at::TensorOptions().dtype(at::kLong).device(device));
+    EXPECT_EQ(t.sum().item<int64_t>(), 999 * 1000 / 2);
+  }
+  stream.synchronize();
+  EXPECT_TRUE(stream.query());
 }
 
 TEST(Sdk, DetectionDoesNotPreferAnEmulatorOverTheCpu) {

@@ -86,6 +86,30 @@ def test_streams_and_events():
     assert start.elapsed_time(end) > 0
 
 
+def test_a_stream_per_iteration_reuses_a_pool_of_runtime_streams():
+    """CUDA hands torch.cuda.Stream() out of a pool of streams; so must an SDK device. Each stream
+    used to be a new runtime stream (on emu a worker thread), never destroyed."""
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    def one_iteration():
+        stream = torch.Stream(DEVICE)
+        with stream:
+            x = torch.ones(4, device=DEVICE) * 2
+        stream.synchronize()
+        assert x.sum().item() == 8.0
+        return stream.stream_id
+
+    torch.Stream(DEVICE, priority=-1)
+    one_iteration()  # both pools, and any thread torch starts on first use, exist from here on
+    before = threads()
+    ids = {one_iteration() for _ in range(200)}
+    assert threads() == before
+    assert len(ids) <= 8 and 0 not in ids
+    high = {torch.Stream(DEVICE, priority=-1).stream_id for _ in range(20)}
+    assert not (high & ids), "a high-priority stream came out of the normal pool"
+
+
 def test_save_and_load_with_map_location():
     original = torch.randn(5, 3, device=DEVICE)
     buffer = io.BytesIO()

@@ -99,7 +99,9 @@ typedef struct tb_runtime {
                             tb_stream stream);
   tb_status (*memset_async)(void* context, void* dst, int32_t value, size_t bytes, tb_stream stream);
 
-  /* Streams */
+  /* Streams. TorchBridge creates a few per device and reuses them (one pool per priority, as
+   * PyTorch does for CUDA). priority follows CUDA: 0 is the default, lower numbers run first;
+   * TorchBridge asks for 0 to -3 only, and a runtime may map them onto the levels it has. */
   tb_status (*stream_create)(void* context, int32_t device, int32_t priority, tb_stream* stream);
   tb_status (*stream_destroy)(void* context, tb_stream stream);
   tb_status (*stream_query)(void* context, tb_stream stream); /* TB_SUCCESS idle, TB_ERROR_NOT_READY busy */
