@@ -140,6 +140,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("registered_device", &sdk::registered_device);
   m.def("in_bad_fork", &sdk::in_bad_fork);
   m.def("available_devices", &sdk::available_devices);
+  m.def("sdk_stream_priority", [](int device_index, int64_t stream_id, int device_type) {
+    return sdk::stream_priority(c10::Stream(c10::Stream::UNSAFE,
+                                            c10::Device(static_cast<c10::DeviceType>(device_type),
+                                                        static_cast<c10::DeviceIndex>(device_index)),
+                                            static_cast<c10::StreamId>(stream_id)));
+  }, py::arg("device_index"), py::arg("stream_id"), py::arg("device_type"));
   m.def("fallback_counts", &sdk::fallback_counts);
   m.def("reset_fallback_counts", &sdk::reset_fallback_counts);
 

@@ -2,6 +2,8 @@
 
 #include "sdk/runtime_handle.h"
 
+#include <torchbridge/sdk/device.h>
+
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -22,6 +24,7 @@ struct PriorityPool {
 struct DeviceStreams {
   std::mutex mutex;
   std::deque<tb_stream> handles;       // index = c10 stream id; a deque keeps growth cheap
+  std::deque<int> priorities;          // index = c10 stream id: what the runtime was asked for
   std::map<int, PriorityPool> pools;  // by priority; priority 0's holds ids 1..kStreamPoolSize
 };
 
@@ -52,6 +55,7 @@ PriorityPool& pool_of(DeviceStreams& streams, c10::DeviceIndex device, int reque
   PriorityPool& pool = streams.pools[priority];
   while (pool.ids.size() < static_cast<size_t>(kStreamPoolSize)) {
     streams.handles.push_back(create(device, priority));
+    streams.priorities.push_back(priority);
     pool.ids.push_back(static_cast<c10::StreamId>(streams.handles.size() - 1));
   }
   return pool;
@@ -63,6 +67,7 @@ void init_streams(int device_count) {
   for (int d = 0; d < device_count; ++d) {
     auto streams = std::make_unique<DeviceStreams>();
     streams->handles.push_back(create(d, 0));  // id 0: the default stream
+    streams->priorities.push_back(0);
     pool_of(*streams, static_cast<c10::DeviceIndex>(d), 0);
     devices.push_back(std::move(streams));
   }
@@ -74,6 +79,16 @@ tb_stream native_stream(const c10::Stream& stream) {
   TORCH_CHECK(stream.id() >= 0 && static_cast<size_t>(stream.id()) < streams.handles.size(),
               "unknown stream id ", stream.id(), " on ", stream.device());
   return streams.handles[stream.id()];
+}
+
+int stream_priority(const c10::Stream& stream) {
+  TORCH_CHECK_VALUE(stream.device_type() == c10::DeviceType::PrivateUse1, "stream_priority: ", stream,
+                    " is not a stream of the SDK device");
+  DeviceStreams& streams = streams_of(stream.device_index());
+  std::lock_guard<std::mutex> lock(streams.mutex);
+  TORCH_CHECK_VALUE(stream.id() >= 0 && static_cast<size_t>(stream.id()) < streams.priorities.size(),
+                    "unknown stream id ", stream.id(), " on ", stream.device());
+  return streams.priorities[stream.id()];
 }
 
 c10::Stream default_stream(c10::DeviceIndex device) {

@@ -119,6 +119,16 @@ TEST(Sdk, NewStreamsComeFromAPoolPerPriority) {
   // Out-of-range priorities are clamped, as torch clamps CUDA's: no new pools.
   EXPECT_EQ(ids_of(7), normal);
   EXPECT_EQ(ids_of(-100), highest);
+  // The priority each stream was created with, as torch.cuda.Stream.priority answers it.
+  EXPECT_EQ(stream_priority(guard.getNewStream(device, -1)), -1);
+  EXPECT_EQ(stream_priority(guard.getNewStream(device, -100)), kHighestStreamPriority);
+  EXPECT_EQ(stream_priority(guard.getDefaultStream(device)), 0);
+  EXPECT_NE(error_of([] { stream_priority(c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::kCPU))); })
+                .find("is not a stream of the SDK device"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { stream_priority(c10::Stream(c10::Stream::UNSAFE, device, 100000)); })
+                .find("unknown stream id 100000"),
+            std::string::npos);
   EXPECT_EQ(high.count(guard.getStreamFromGlobalPool(device, /*isHighPriority=*/true).id()), 1u);
   EXPECT_EQ(normal.count(guard.getStreamFromGlobalPool(device, /*isHighPriority=*/false).id()), 1u);
   // Work on a pooled stream still runs and is waited for.

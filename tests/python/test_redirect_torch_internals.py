@@ -332,6 +332,25 @@ def test_streams_default_and_set():
         assert torch.cuda.current_stream() == torch.cuda.default_stream()
 
 
+def test_streams_of_an_sdk_target_answer_priority_as_cuda_streams_do():
+    # Before: torch.cuda.Stream(priority=-1).priority, torch.cuda.current_stream().priority and
+    # torch.cuda.Stream.priority_range() raised AttributeError (torch.Stream has none of them).
+    with redirect.redirected("emu"):
+        assert torch.cuda.Stream.priority_range() == (0, -3)  # torch's CUDA range: four levels
+        high, normal = torch.cuda.Stream(priority=-1), torch.cuda.Stream()
+        assert (high.priority, normal.priority) == (-1, 0)
+        assert torch.cuda.Stream(priority=-9).priority == -3 and torch.cuda.Stream(priority=5).priority == 0
+        assert isinstance(high, torch.cuda.Stream) and isinstance(torch.accelerator.current_stream(), torch.cuda.Stream)
+        assert torch.cuda.current_stream().priority == 0 == torch.cuda.default_stream().priority
+        with torch.cuda.stream(high):
+            assert torch.cuda.current_stream() == high and torch.cuda.current_stream().priority == -1
+            y = torch.ones(3, device="cuda") * 3
+        high.synchronize()
+        assert y.sum().item() == 9.0
+        with pytest.raises(AttributeError, match="target 'emu' has no CUDA stream handle"):
+            high.cuda_stream
+
+
 def test_streams_of_the_cpu_target_answer_as_cuda_streams_do():
     # Before: device None, no priority, stream_id, device_type or device_index (AttributeError), a
     # new object from every current_stream() call, and torch.cuda.stream(s) left the current one.

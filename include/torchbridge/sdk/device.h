@@ -3,6 +3,8 @@
 
 #include <torchbridge/sdk/runtime.h>
 
+#include <c10/core/Stream.h>
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -35,6 +37,11 @@ std::vector<std::string> available_devices();
 std::optional<std::string> registered_device();
 // True in a process forked after the device was registered: the device cannot be used there.
 bool in_bad_fork();
+
+// The priority TorchBridge asked the runtime for when it created `stream` (a stream of the
+// registered device; 0 for the default stream). CUDA's convention: lower runs first, 0 to -3.
+// c10::ValueError for a stream of another device type or an id the device never handed out.
+int stream_priority(const c10::Stream& stream);
 
 // How often each operator ("aten::add.Tensor") ran on the CPU fallback since the last reset.
 std::map<std::string, int64_t> fallback_counts();

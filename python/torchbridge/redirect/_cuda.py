@@ -11,6 +11,7 @@ from ..backends.device_info import cuda_capability
 from . import _cuda_native, _cuda_unavailable
 from ._host import DEFAULT_HOST_STREAM, HostEvent, HostStream, current_host_stream, set_current_host_stream
 from ._proxy import proxy_class
+from ._target_stream import TargetStream, as_target_stream
 
 
 def build(redirector):
@@ -161,7 +162,7 @@ def build(redirector):
         if on_cpu:
             index_of(device)  # a device the target does not have is refused here as elsewhere
             return HostStream()
-        return torch.Stream(torch.device(device_type, index_of(device)), priority=priority)
+        return TargetStream(torch.device(device_type, index_of(device)), priority=priority)
 
     def make_event(enable_timing=False, blocking=False, interprocess=False):
         if on_cpu:
@@ -169,14 +170,14 @@ def build(redirector):
         return torch.Event(torch.device(device_type, index_of()), enable_timing=enable_timing)
 
     def current_stream(device=None):
-        return current_host_stream() if on_cpu else torch.accelerator.current_stream(index_of(device))
+        return current_host_stream() if on_cpu else as_target_stream(torch.accelerator.current_stream(index_of(device)))
 
     def default_stream(device=None):
         if on_cpu:
             return DEFAULT_HOST_STREAM
         index = index_of(device)
         # torch.Stream takes the device type as c10's number, which a stream of the target knows.
-        return torch.Stream(stream_id=0, device_index=index,
+        return TargetStream(stream_id=0, device_index=index,
                             device_type=torch.accelerator.current_stream(index).device_type)
 
     @contextlib.contextmanager
@@ -219,7 +220,11 @@ def build(redirector):
         else:
             torch.accelerator.set_stream(stream)
 
+    # isinstance(s, torch.cuda.Stream) holds for every stream of the target, as it held for every
+    # torch.Stream before TargetStream (torch's own code hands out plain ones); the streams made
+    # through torch.cuda answer priority too.
     stream_type, event_type = (HostStream, HostEvent) if on_cpu else (torch.Stream, torch.Event)
+    stream_class = HostStream if on_cpu else TargetStream
     cuda = {
         "is_available": lambda: True, "device_count": device_count, "current_device": current_device,
         "set_device": set_device, "device": device, "get_device_name": get_device_name,
@@ -230,8 +235,7 @@ def build(redirector):
         "reset_peak_memory_stats": reset_peak_memory_stats, "empty_cache": empty_cache,
         "mem_get_info": mem_get_info, "manual_seed": manual_seed, "manual_seed_all": manual_seed_all,
         "get_rng_state": get_rng_state, "set_rng_state": set_rng_state,
-        "Stream": proxy_class(stream_type, make_stream, "Stream",
-                              {"priority_range": HostStream.priority_range} if on_cpu else None),
+        "Stream": proxy_class(stream_type, make_stream, "Stream", {"priority_range": stream_class.priority_range}),
         "Event": proxy_class(event_type, make_event, "Event"),
         "current_stream": current_stream, "default_stream": default_stream,
         "stream": stream, "is_bf16_supported": is_bf16_supported, "is_initialized": lambda: True,
