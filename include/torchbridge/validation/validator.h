@@ -126,7 +126,8 @@ struct CheckRecord {
 
 struct BackendTiming {
   std::string backend;
-  double seconds = 0;  // everything the validator did on this backend
+  double seconds = 0;  // everything the validator did on this backend, including any wait for the
+                       // reference (computed meanwhile on its own thread) before the comparisons
 };
 
 struct ValidationReport {
