@@ -21,10 +21,14 @@ struct PriorityPool {
   size_t next = 0;
 };
 
+struct RuntimeStream {
+  tb_stream handle;
+  int priority;  // what the runtime was asked for
+};
+
 struct DeviceStreams {
   std::mutex mutex;
-  std::deque<tb_stream> handles;       // index = c10 stream id; a deque keeps growth cheap
-  std::deque<int> priorities;          // index = c10 stream id: what the runtime was asked for
+  std::deque<RuntimeStream> by_id;    // index = c10 stream id; a deque keeps growth cheap
   std::map<int, PriorityPool> pools;  // by priority; priority 0's holds ids 1..kStreamPoolSize
 };
 
@@ -54,11 +58,17 @@ PriorityPool& pool_of(DeviceStreams& streams, c10::DeviceIndex device, int reque
   const int priority = std::clamp(requested, kHighestStreamPriority, 0);
   PriorityPool& pool = streams.pools[priority];
   while (pool.ids.size() < static_cast<size_t>(kStreamPoolSize)) {
-    streams.handles.push_back(create(device, priority));
-    streams.priorities.push_back(priority);
-    pool.ids.push_back(static_cast<c10::StreamId>(streams.handles.size() - 1));
+    streams.by_id.push_back({create(device, priority), priority});
+    pool.ids.push_back(static_cast<c10::StreamId>(streams.by_id.size() - 1));
   }
   return pool;
+}
+
+// The stream `stream` names, or nullptr when its device never handed out that id. Caller holds
+// the lock.
+const RuntimeStream* find(const DeviceStreams& streams, const c10::Stream& stream) {
+  const c10::StreamId id = stream.id();
+  return id >= 0 && static_cast<size_t>(id) < streams.by_id.size() ? &streams.by_id[id] : nullptr;
 }
 
 }  // namespace
@@ -66,8 +76,7 @@ PriorityPool& pool_of(DeviceStreams& streams, c10::DeviceIndex device, int reque
 void init_streams(int device_count) {
   for (int d = 0; d < device_count; ++d) {
     auto streams = std::make_unique<DeviceStreams>();
-    streams->handles.push_back(create(d, 0));  // id 0: the default stream
-    streams->priorities.push_back(0);
+    streams->by_id.push_back({create(d, 0), 0});  // id 0: the default stream
     pool_of(*streams, static_cast<c10::DeviceIndex>(d), 0);
     devices.push_back(std::move(streams));
   }
@@ -76,9 +85,9 @@ void init_streams(int device_count) {
 tb_stream native_stream(const c10::Stream& stream) {
   DeviceStreams& streams = streams_of(stream.device_index());
   std::lock_guard<std::mutex> lock(streams.mutex);
-  TORCH_CHECK(stream.id() >= 0 && static_cast<size_t>(stream.id()) < streams.handles.size(),
-              "unknown stream id ", stream.id(), " on ", stream.device());
-  return streams.handles[stream.id()];
+  const RuntimeStream* found = find(streams, stream);
+  TORCH_CHECK(found != nullptr, "unknown stream id ", stream.id(), " on ", stream.device());
+  return found->handle;
 }
 
 int stream_priority(const c10::Stream& stream) {
@@ -86,9 +95,9 @@ int stream_priority(const c10::Stream& stream) {
                     " is not a stream of the SDK device");
   DeviceStreams& streams = streams_of(stream.device_index());
   std::lock_guard<std::mutex> lock(streams.mutex);
-  TORCH_CHECK_VALUE(stream.id() >= 0 && static_cast<size_t>(stream.id()) < streams.priorities.size(),
-                    "unknown stream id ", stream.id(), " on ", stream.device());
-  return streams.priorities[stream.id()];
+  const RuntimeStream* found = find(streams, stream);
+  TORCH_CHECK_VALUE(found != nullptr, "unknown stream id ", stream.id(), " on ", stream.device());
+  return found->priority;
 }
 
 c10::Stream default_stream(c10::DeviceIndex device) {

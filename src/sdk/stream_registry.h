@@ -1,10 +1,11 @@
 #pragma once
 // c10::Stream <-> runtime stream handles. Per device: id 0 is the default stream, then one
 // round-robin pool of kStreamPoolSize streams per priority (ids 1..kStreamPoolSize for priority
-// 0, the others' created when first asked for; priorities clamped as below). torch.Stream(), getStreamFromGlobalPool and
-// getNewStream all take from these pools, as CUDA's do: a program that makes a stream per
-// iteration reuses a few runtime streams instead of creating one (an emu worker thread) each
-// time, none of which would ever be destroyed. The current stream is per thread and per device.
+// 0, the others' created when first asked for; priorities clamped as below). torch.Stream(),
+// getStreamFromGlobalPool and getNewStream all take from these pools, as CUDA's do: a program
+// that makes a stream per iteration reuses a few runtime streams instead of creating one (an emu
+// worker thread) each time, none of which would ever be destroyed. The current stream is per
+// thread and per device.
 
 #include <torchbridge/sdk/runtime.h>
 

@@ -69,7 +69,7 @@ class BackendValidation {
         placed = model_.place(device_, dtype_, storage_);
         first = placed->run(inputs_, weights_);
       } catch (const std::exception& e) {
-        record(CheckKind::kRun, "model", false, std::nullopt, "failed on " + device_.str() + ": " + error_summary(e.what()));
+        record_run_failure(e);
       }
       // Everything the device does comes before the comparisons with the reference, so that it
       // overlaps the reference's computation on its own thread.
@@ -82,8 +82,7 @@ class BackendValidation {
           check_determinism_and_round_trip(*placed, *first);
           if (memory) after_second_run = settled_memory();
         } catch (const std::exception& e) {
-          record(CheckKind::kRun, "model", false, std::nullopt,
-                 "failed on " + device_.str() + ": " + error_summary(e.what()));
+          record_run_failure(e);
         }
       }
       progress("compare with the reference");
@@ -120,6 +119,12 @@ class BackendValidation {
   void record(CheckKind check, const std::string& subject, bool passed, std::optional<Metrics> metrics,
               std::string detail) {
     report_.checks.push_back({name_, device_.str(), check, subject, passed, metrics, std::move(detail)});
+  }
+
+  // The model raised on this backend: a failed "run" check with the error's telling line.
+  void record_run_failure(const std::exception& error) {
+    record(CheckKind::kRun, "model", false, std::nullopt,
+           "failed on " + device_.str() + ": " + error_summary(error.what()));
   }
 
   void compare_to_reference(CheckKind check, const std::string& subject, const at::Tensor& result,
