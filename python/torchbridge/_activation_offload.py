@@ -101,13 +101,17 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
         # The new device memory may still be in use by compute-stream work queued before, so the
         # side stream waits for the compute stream before writing it.
         side = self._side_waits_for_compute(record.device)
-        tensor = torch.empty_like(record.host, device=record.device)
+        tensor = self._device_buffer(record)
         with side:
             tensor.copy_(record.host, non_blocking=True)
         tensor.record_stream(side)
         record.arrived = torch.Event(device=record.device)
         record.arrived.record(side)
         record.on_device = tensor
+
+    def _device_buffer(self, record):
+        """The device memory a copy back lands in (its own method so that tests can poison it)."""
+        return torch.empty_like(record.host, device=record.device)
 
     def _compute_waits_for(self, record):
         torch.accelerator.current_stream(record.device).wait_event(record.arrived)

@@ -24,8 +24,10 @@ struct Reference {
 // shared by the reference's thread and the backends (safe to call from both).
 OutputWeights seeded_weights(uint64_t seed, c10::ScalarType compute);
 
-// Starts computing the reference on a thread of its own and returns at once. Its error (the
-// model does not run on the CPU) comes out of get(). The thread carries the caller's
+// Places the reference's float64 copy on the calling thread (so nothing that touches a device
+// happens on the reference's thread while backends measure their memory), then computes the
+// reference on a thread of its own and returns. Its error (the model does not run on the CPU)
+// comes out of get(). The thread carries the caller's
 // thread-local state (grad mode, dispatch settings) and intra-op thread count; the future joins
 // it when the last copy is destroyed, so `model` and `inputs` must outlive it.
 std::shared_future<Reference> start_reference(const ModelSource& model, const std::vector<at::Tensor>& inputs,

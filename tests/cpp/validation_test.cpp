@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -118,25 +119,32 @@ TEST(Validator, TorchNnModuleIsValidOnCpuAndEmu) {
   EXPECT_EQ(order, (std::vector<std::string>{"output", "gradient", "finite", "determinism", "round_trip", "memory"}));
 }
 
-// The reference is computed on a thread of its own while the backends run. The reference's copy
-// (the only one placed in float64) and the backend's first run each wait for the other to have
-// started: only a validator that runs the two at once lets both see the other; one that ran
-// them one after the other, in either order, would make one side wait out the timeout.
+// The reference is computed on a thread of its own while the backends run. The reference's first
+// run (the only copy placed in float64) and the backend's first run each wait for the other to
+// have started: only a validator that runs the two at once lets both see the other; one that ran
+// them one after the other, in either order, would make one side wait out the timeout. It also
+// records the thread that placed the reference's copy: the calling thread must (a model that
+// lives on a device is copied from it, and a backend's memory window must not see that).
 class ReferenceAndDeviceMeet final : public ModelSource {
  public:
   explicit ReferenceAndDeviceMeet(std::unique_ptr<ModelSource> inner) : inner_(std::move(inner)) {}
   std::string kind() const override { return inner_->kind(); }
   std::unique_ptr<PlacedModel> place(c10::Device device, c10::ScalarType dtype,
                                      std::optional<c10::ScalarType> round_through) const override {
-    if (dtype == at::kDouble) {
-      arrive_and_wait_for(reference_started_, device_started_, reference_saw_the_device_);
-      return inner_->place(device, dtype, round_through);
+    const bool reference = dtype == at::kDouble;
+    if (reference) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      reference_placed_on_ = std::this_thread::get_id();
     }
-    return std::make_unique<Signalling>(inner_->place(device, dtype, round_through), *this);
+    return std::make_unique<Signalling>(inner_->place(device, dtype, round_through), *this, reference);
   }
   bool both_met() const {
     const std::lock_guard<std::mutex> lock(mutex_);
     return reference_saw_the_device_ && device_saw_the_reference_;
+  }
+  std::thread::id reference_placed_on() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return reference_placed_on_;
   }
 
  private:
@@ -148,23 +156,30 @@ class ReferenceAndDeviceMeet final : public ModelSource {
     met_.notify_all();
     saw_theirs = met_.wait_for(lock, std::chrono::seconds(20), [&] { return theirs; });
   }
+  void arrive(bool reference) const {
+    if (reference) {
+      arrive_and_wait_for(reference_started_, device_started_, reference_saw_the_device_);
+    } else {
+      arrive_and_wait_for(device_started_, reference_started_, device_saw_the_reference_);
+    }
+  }
 
   class Signalling final : public PlacedModel {
    public:
-    Signalling(std::unique_ptr<PlacedModel> inner, const ReferenceAndDeviceMeet& source)
-        : inner_(std::move(inner)), source_(source) {}
+    Signalling(std::unique_ptr<PlacedModel> inner, const ReferenceAndDeviceMeet& source, bool reference)
+        : inner_(std::move(inner)), source_(source), reference_(reference) {}
     RunResult run(const std::vector<at::Tensor>& inputs, const OutputWeights& weights) override {
-      source_.arrive_and_wait_for(source_.device_started_, source_.reference_started_,
-                                  source_.device_saw_the_reference_);
+      source_.arrive(reference_);
       return inner_->run(inputs, weights);
     }
     std::unique_ptr<PlacedModel> save_and_reload() const override {
-      return std::make_unique<Signalling>(inner_->save_and_reload(), source_);
+      return std::make_unique<Signalling>(inner_->save_and_reload(), source_, reference_);
     }
 
    private:
     std::unique_ptr<PlacedModel> inner_;
     const ReferenceAndDeviceMeet& source_;
+    bool reference_;
   };
 
   std::unique_ptr<ModelSource> inner_;
@@ -172,6 +187,7 @@ class ReferenceAndDeviceMeet final : public ModelSource {
   mutable std::condition_variable met_;
   mutable bool reference_started_ = false, device_started_ = false;
   mutable bool reference_saw_the_device_ = false, device_saw_the_reference_ = false;
+  mutable std::thread::id reference_placed_on_;
 };
 
 TEST(Validator, ComputesTheReferenceWhileTheBackendRuns) {
@@ -181,6 +197,7 @@ TEST(Validator, ComputesTheReferenceWhileTheBackendRuns) {
   EXPECT_TRUE(source.both_met());
   EXPECT_TRUE(report.is_valid());
   EXPECT_EQ(report.reference, "cpu float64");
+  EXPECT_EQ(source.reference_placed_on(), std::this_thread::get_id());
 }
 
 // Counts the forward passes that run with grad mode on; copies share the count.

@@ -165,15 +165,19 @@ def _has_lazy_parameters(module):
 
 def _worker(device_name, names, results_path):
     import torch
-    from torch.testing._internal.common_modules import module_db
 
-    by_name = {info.name: info for info in module_db}
     with open(results_path, "a", buffering=1) as results:
+        # The device first: importing torch's test modules initialises CUDA on a GPU machine, and an
+        # SDK device cannot be loaded into a process that already uses another accelerator (the
+        # H200 run of 2026-11-26 refused emu here, "device 0 has a CUDA context").
         try:
             device = _load_device(device_name)
         except Exception as error:  # noqa: BLE001 - reported to the driver, which stops the sweep
             results.write(json.dumps({"event": "fatal", "error": f"cannot load device '{device_name}': {error}"}) + "\n")
             return
+        from torch.testing._internal.common_modules import module_db
+
+        by_name = {info.name: info for info in module_db}
         for name in names:
             results.write(json.dumps({"event": "start", "module": name}) + "\n")
             info = by_name[name]

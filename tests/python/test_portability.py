@@ -12,6 +12,21 @@ import pytest
 CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable), "torchbridge")
 
 
+def native_accelerators():
+    """What `portability` also runs on besides the CPU and emu, from torch itself: a GPU machine's
+    accelerator (and there emu always gets a process of its own, one accelerator per process)."""
+    import torch
+
+    found = set()
+    if torch.cuda.is_available():
+        found.add("rocm" if torch.version.hip else "cuda")
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        found.add("xpu")
+    if torch.backends.mps.is_available():
+        found.add("mps")
+    return found
+
+
 def portability(*args):
     return subprocess.run([CONSOLE_SCRIPT, "portability", "--steps", "40", "--json", *args], capture_output=True,
                           text=True, timeout=600)
@@ -25,15 +40,16 @@ def test_trains_saves_reloads_and_validates_everywhere(isolate, tmp_path):
     assert report["passed"]
     assert report["training"]["last_loss"] < report["training"]["first_loss"]
     loads = {load["backend"]: load for load in report["loads"]}
-    assert set(loads) == {"cpu", "emu"}
+    assert set(loads) == {"cpu", "emu"} | native_accelerators()
     assert all(load["passed"] and load["step"] == 40 for load in loads.values())
     hardware = {entry["backend"]: entry for entry in report["hardware"]}
-    assert hardware["emu"]["available"] and hardware["emu"].get("own_process", False) == isolate
+    own_process = isolate or bool(native_accelerators())
+    assert hardware["emu"]["available"] and hardware["emu"].get("own_process", False) == own_process
     # emu's devices are alike: one entry "N x name", the name once (it was printed twice before)
     assert len(hardware["emu"]["devices"]) == 1
     assert hardware["emu"]["devices"][0].count("TorchBridge emulated accelerator") == 1
     validated = {b["backend"]: b for b in report["validation"]["backends"]}
-    assert set(validated) == {"cpu", "emu"}
+    assert set(validated) == {"cpu", "emu"} | native_accelerators()
     assert all(b["passed"] == b["total"] > 0 for b in validated.values())
     assert os.path.exists(report["checkpoint"]["path"])
 
@@ -69,4 +85,4 @@ def test_checkpointed_training_is_portable_too(tmp_path):
     assert report["training"]["last_loss"] < report["training"]["first_loss"]
     assert report["validation"]["checkpointing"] is True
     validated = {b["backend"]: b for b in report["validation"]["backends"]}
-    assert set(validated) == {"cpu", "emu"} and all(b["passed"] == b["total"] > 0 for b in validated.values())
+    assert set(validated) == {"cpu", "emu"} | native_accelerators() and all(b["passed"] == b["total"] > 0 for b in validated.values())
