@@ -73,6 +73,22 @@ def test_python_module_is_valid_on_cpu_and_emu():
     assert all(torch.equal(before[k], v) and v.device.type == "cpu" for k, v in model.state_dict().items())
 
 
+def test_a_model_that_lives_on_the_device_validates_with_exact_memory_figures():
+    """What `portability` does after training: the source model is on the device being validated.
+    Every copy, the float64 reference's included, is made from the device; the memory windows must
+    still balance and the source must stay where it is. (On an H200 the reference's copy, then made
+    on the reference's own thread, fell into cuda's window; Validator.ComputesTheReferenceWhileThe
+    BackendRuns checks the thread it is made on.)"""
+    torch.manual_seed(0)
+    model = SmallNet().to("emu")
+    before = {k: v.cpu() for k, v in model.state_dict().items()}
+    for _ in range(3):
+        result = VALIDATOR.validate_model(model, input_shape=(64, 8))
+        assert result.is_valid and result.passed == result.total_tests, str(result)
+        assert checks(result, "emu", "memory")[0]["passed"]
+    assert all(v.device.type == "emu" and torch.equal(before[k], v.cpu()) for k, v in model.state_dict().items())
+
+
 def test_reported_errors_match_an_independent_computation():
     torch.manual_seed(1)
     model = SmallNet()
