@@ -4,7 +4,7 @@
 #
 #   on the development machine:  scripts/prepare-offline-deps.sh   (fills .offline/, git-ignored)
 #   on the GPU machine:          scripts/gpu-check.sh [--work DIR] [--jobs N] [--only REGEX]
-#                                [--corpus-filter EXPR] [--allow-no-gpu]
+#                                [--corpus-filter EXPR] [--ctest-filter REGEX] [--allow-no-gpu]
 #
 # It builds GoogleTest from .offline/, then TorchBridge (warnings as errors) against the torch of
 # `python3`, installs the Python package into a virtual environment that sees that torch, and runs:
@@ -18,7 +18,9 @@
 # which is how the script itself is tested on the development machine. --only REGEX runs the build
 # (incremental, so nearly free when DIR already holds one) and then only the steps whose names match,
 # e.g. --only 'ctest|bench-fp8' to repeat two steps after a fix; --corpus-filter EXPR runs only the
-# redirection corpus's programs and targets that pytest's -k EXPR selects (e.g. 'profile_and_resume').
+# redirection corpus's programs and targets that pytest's -k EXPR selects (e.g. 'profile_and_resume');
+# --ctest-filter REGEX runs only the CTest entries it matches (ctest -R) in the whole-suite step,
+# e.g. the entries a short device budget did not reach last time.
 # scripts/gpu-check-detached.sh runs this script in calls shorter than the whole check (the device
 # tool's 10-minute limit).
 set -uo pipefail
@@ -29,6 +31,7 @@ JOBS="$(nproc)"
 ALLOW_NO_GPU=0
 ONLY=""
 CORPUS_FILTER=()
+CTEST_FILTER=()
 while (($#)); do
   case "$1" in
     --work) WORK="$2"; shift 2 ;;
@@ -36,6 +39,7 @@ while (($#)); do
     --allow-no-gpu) ALLOW_NO_GPU=1; shift ;;
     --only) ONLY="$2"; shift 2 ;;
     --corpus-filter) CORPUS_FILTER=(-k "$2"); shift 2 ;;
+    --ctest-filter) CTEST_FILTER=(-R "$2"); shift 2 ;;
     -h|--help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -317,7 +321,7 @@ gpu_step bench-activation-checkpoint-python "$WORK/venv/bin/python" "$ROOT/bench
 # Left out: the two entries that compile the project again to check compilers, not devices (clang
 # with the include check, 721 s of CI's 1,836 s on the 2-core machine; GCC 13, which this check's
 # own build already is on the GPU image); CI runs them.
-step ctest ctest --test-dir "$WORK/build" --output-on-failure --timeout 600 -j "$JOBS" \
+step ctest ctest --test-dir "$WORK/build" --output-on-failure --timeout 600 -j "$JOBS" "${CTEST_FILTER[@]}" \
   -E '^lint\.(includes_and_clang_warnings|gcc13_build)$'
 
 # ---- summary ---------------------------------------------------------------------------------------
