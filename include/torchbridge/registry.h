@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace torchbridge {
@@ -54,9 +55,10 @@ class BackendRegistry {
   // Hook for the device SDK: called with a name that is not otherwise known, before lookup()
   // gives up. Returns true when it made the name resolvable (e.g. loaded an SDK device).
   using NameResolver = std::function<bool(const std::string& name)>;
-  // `loadable` lists the names the resolver could load, for error messages.
+  // `loadable` lists the names the resolver could load, for error messages. Returns the pair it
+  // replaced, so that whoever overrides the SDK's resolver for a while can put it back.
   using LoadableNames = std::function<std::vector<std::string>()>;
-  void set_name_resolver(NameResolver resolver, LoadableNames loadable = nullptr);
+  std::pair<NameResolver, LoadableNames> set_name_resolver(NameResolver resolver, LoadableNames loadable = nullptr);
 
  private:
   BackendRegistry();

@@ -119,9 +119,9 @@ std::string BackendRegistry::detect_best_backend() const {
   TORCH_CHECK(false, "no backend is available, not even the CPU");
 }
 
-void BackendRegistry::set_name_resolver(NameResolver resolver, LoadableNames loadable) {
-  resolver_ = std::move(resolver);
-  loadable_ = std::move(loadable);
+std::pair<BackendRegistry::NameResolver, BackendRegistry::LoadableNames> BackendRegistry::set_name_resolver(
+    NameResolver resolver, LoadableNames loadable) {
+  return {std::exchange(resolver_, std::move(resolver)), std::exchange(loadable_, std::move(loadable))};
 }
 
 }  // namespace torchbridge
