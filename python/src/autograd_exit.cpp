@@ -21,6 +21,7 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <pybind11/pybind11.h>
@@ -44,7 +45,14 @@ int drain_autograd_device_threads() {
   for (int index = 0; index < count; ++index) {
     const auto options = at::TensorOptions().device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index));
     const at::Tensor leaf = at::ones({}, options).requires_grad_(true);
-    torch::autograd::backward({at::mul(leaf, 2)});
+    // A device loaded after the process's first backward pass has indices autograd never
+    // served (sdk::autograd_refusal): no backward ran there, so there is nothing to wait for.
+    try {
+      torch::autograd::backward({at::mul(leaf, 2)});
+    } catch (const c10::Error&) {
+      if (sdk::autograd_refusal()) return index;
+      throw;
+    }
   }
   return count;
 }

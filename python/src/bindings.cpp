@@ -35,6 +35,13 @@ using namespace torchbridge;
 
 namespace {
 
+// Collects c10 warnings (TORCH_WARN) raised on this thread while installed.
+class CollectedWarnings final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  std::vector<std::string> messages;
+};
+
 // c10 errors become the Python exceptions torch itself raises, without the C++ backtrace.
 void register_exceptions() {
   py::register_exception_translator([](std::exception_ptr pointer) {
@@ -123,7 +130,22 @@ PYBIND11_MODULE(_C, m) {
                           r.device.has_index() ? py::cast(int(r.device.index())) : py::none(), r.redirected,
                           r.index_wrapped);
   });
-  m.def("load_device", &sdk::load_device, py::arg("name"));
+  // A warning the load raises (a device loaded after the process's first backward pass) becomes a
+  // Python RuntimeWarning; c10 would otherwise print it to stderr.
+  m.def(
+      "load_device",
+      [](const std::string& name) {
+        CollectedWarnings collected;
+        {
+          const c10::WarningUtils::WarningHandlerGuard guard(&collected);
+          sdk::load_device(name);
+        }
+        for (const auto& message : collected.messages) {
+          if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 2) != 0) throw py::error_already_set();
+        }
+      },
+      py::arg("name"));
+  m.def("sdk_autograd_refusal", [] { return sdk::autograd_refusal(); });
   m.def("check_backends_can_share_a_process", &check_backends_can_share_a_process, py::arg("backends"),
         py::arg("what"));
   // Device selection of the PrivateUse1 device, answered by its registered guard (torch's own

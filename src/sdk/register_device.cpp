@@ -4,6 +4,7 @@
 #include <torchbridge/sdk/device.h>
 
 #include "core/dynamic_library.h"
+#include "sdk/autograd_probe.h"
 #include "sdk/caching_allocator.h"
 #include "sdk/generator.h"
 #include "sdk/guard_impl.h"
@@ -41,6 +42,8 @@ namespace {
 
 std::recursive_mutex registration_mutex;
 const tb_runtime* registered_table = nullptr;
+// Set once, when the device was registered after the process's first backward pass.
+std::optional<std::string> autograd_refusal_reason;
 
 // Every entry TorchBridge calls, with its offset, so a table that is too short or has a NULL
 // entry is rejected naming the entry instead of crashing later.
@@ -151,13 +154,12 @@ const bool resolver_installed = [] {
   return true;
 }();
 
-}  // namespace
-
-void register_runtime(const tb_runtime* table) {
+// Registers `table` under the lock; true when this call registered it (false: it already was).
+bool register_runtime_locked(const tb_runtime* table) {
   std::lock_guard<std::recursive_mutex> lock(registration_mutex);
   validate_table(table);
   const std::string name = table->name;
-  if (registered_table == table) return;
+  if (registered_table == table) return false;
   TORCH_CHECK(registered_table == nullptr, "PyTorch has a single PrivateUse1 slot and it already holds SDK device '",
               registered_table ? registered_table->name : "", "'; cannot also register '", name, "'");
   TORCH_CHECK(!c10::impl::hasDeviceGuardImpl(c10::DeviceType::PrivateUse1),
@@ -198,12 +200,28 @@ void register_runtime(const tb_runtime* table) {
   register_profiler_stubs();
   declare_to_backend_layer(first.vendor, first.is_real_hardware != 0);
   registered_table = table;
+  return true;
 }
 
-void load_device(const std::string& name) {
+// Asks autograd whether it serves the device just registered, after the registration lock is
+// released (the probe's backward pass runs on autograd's device thread, whose operators may ask
+// for the registered device), and warns when it does not: loading still succeeds, since forward
+// passes work, but never silently.
+void check_autograd_serves(const std::string& name) {
+  auto reason = autograd_cannot_serve(name, runtime().device_count());
+  if (!reason) return;
+  {
+    std::lock_guard<std::recursive_mutex> lock(registration_mutex);
+    autograd_refusal_reason = reason;
+  }
+  TORCH_WARN(*reason);
+}
+
+// Loads and registers device `name`; true when this call registered it.
+bool load_device_locked(const std::string& name) {
   validate_name(name);
   std::lock_guard<std::recursive_mutex> lock(registration_mutex);
-  if (registered_table != nullptr && name == registered_table->name) return;
+  if (registered_table != nullptr && name == registered_table->name) return false;
   const auto path = find_library(name);
   std::string searched;
   for (const auto& dir : search_directories()) searched += " " + dir;
@@ -218,8 +236,24 @@ void load_device(const std::string& name) {
   TORCH_CHECK(table != nullptr, "device '", name, "' failed to start: ", error ? error : "(no reason given)");
   TORCH_CHECK(table->name != nullptr && name == table->name, "device library ", *path, " registers '",
               table->name ? table->name : "", "', not '", name, "'");
-  register_runtime(table);
+  const bool registered = register_runtime_locked(table);
   library.keep_for_process();  // torch now dispatches into its code
+  return registered;
+}
+
+}  // namespace
+
+void register_runtime(const tb_runtime* table) {
+  if (register_runtime_locked(table)) check_autograd_serves(table->name);
+}
+
+void load_device(const std::string& name) {
+  if (load_device_locked(name)) check_autograd_serves(name);
+}
+
+std::optional<std::string> autograd_refusal() {
+  std::lock_guard<std::recursive_mutex> lock(registration_mutex);
+  return autograd_refusal_reason;
 }
 
 std::vector<std::string> available_devices() {

@@ -10,6 +10,7 @@
 #include "sdk/stream_registry.h"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
 
 #include <dlfcn.h>
 
@@ -96,6 +97,37 @@ TEST(Sdk, LoadingByBackendNameRegistersTheDevice) {
   EXPECT_FALSE(backend->is_real_hardware());
   const auto devices = available_devices();
   EXPECT_NE(std::find(devices.begin(), devices.end(), "emu"), devices.end());
+  EXPECT_FALSE(autograd_refusal().has_value());  // loaded before any backward pass
+}
+
+// PyTorch's autograd engine sizes its device queues at the process's first backward pass; a device
+// loaded after one cannot run backward (PyTorch's internal assertion). Loading says so, and what
+// it says is what PyTorch then does.
+TEST(Sdk, LoadingAfterTheFirstBackwardPassWarnsThatAutogradCannotServeTheDevice) {
+  if (registered_device()) GTEST_SKIP() << kNeedsAFreshProcess;
+  const at::Tensor cpu_leaf = at::ones({2}).requires_grad_(true);
+  at::mul(cpu_leaf, 3).sum().backward();  // the process's first backward pass, on the CPU
+
+  struct Collected final : c10::WarningHandler {
+    void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+    std::vector<std::string> messages;
+  } collected;
+  {
+    const c10::WarningUtils::WarningHandlerGuard guard(&collected);
+    load_device("emu");
+  }
+  ASSERT_TRUE(autograd_refusal().has_value());
+  const std::string why = autograd_refusal().value_or("");
+  EXPECT_NE(why.find("'emu' was loaded after this process's first backward pass"), std::string::npos) << why;
+  EXPECT_NE(why.find("load it before the first backward pass"), std::string::npos) << why;
+  ASSERT_EQ(collected.messages.size(), 1u);
+  EXPECT_EQ(collected.messages[0], why);
+  // Forward passes work; a backward pass fails inside PyTorch, as the warning said.
+  const at::Tensor leaf = at::ones({2}, at::TensorOptions().device(emu())).requires_grad_(true);
+  const at::Tensor loss = at::mul(leaf, 3).sum();
+  EXPECT_EQ(loss.item<float>(), 6.0f);
+  const std::string failure = error_of([&] { loss.backward(); });
+  EXPECT_NE(failure.find("device_ready_queues_"), std::string::npos) << failure;
 }
 
 // torch.Stream(), torch.cuda.Stream() under redirection and c10's getNewStream take streams from

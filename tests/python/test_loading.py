@@ -40,6 +40,54 @@ def test_bad_device_options_are_reported():
     assert "TORCHBRIDGE_EMU_DEVICES" in result.stderr and "failed to start" in result.stderr
 
 
+def test_loading_after_the_first_backward_pass_warns_that_backward_on_the_device_would_fail():
+    # PyTorch's autograd engine sizes its device queues at the process's first backward pass; emu
+    # loaded after one cannot run backward. Loading warns, forward passes work, and PyTorch's own
+    # failure on backward is the reference for what the warning says. The exit hook copes too.
+    result = run_python("""
+import warnings
+import torch, torchbridge
+x = torch.ones(2, requires_grad=True)
+(x * 3).sum().backward()                      # the process's first backward pass, on the CPU
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    torchbridge.devices.load("emu")
+messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+assert len(messages) == 1, messages
+assert messages[0] == torchbridge._C.sdk_autograd_refusal(), messages
+print(messages[0])
+leaf = torch.ones(2, device="emu", requires_grad=True)
+loss = (leaf * 3).sum()
+assert loss.item() == 6.0                     # forward passes work
+try:
+    loss.backward()
+except RuntimeError as error:
+    print("backward failed:", "device_ready_queues_" in str(error))
+""")
+    assert result.returncode == 0, result.stderr
+    assert "'emu' was loaded after this process's first backward pass" in result.stdout, result.stdout
+    assert "load it before the first backward pass" in result.stdout
+    assert "backward failed: True" in result.stdout, result.stdout
+    assert "Warning:" not in result.stderr  # the warning came as a Python warning, not c10's stderr line
+    assert "could not wait" not in result.stderr, result.stderr
+
+
+def test_loading_before_any_backward_pass_does_not_warn():
+    result = run_python("""
+import warnings
+import torch, torchbridge
+with warnings.catch_warnings():
+    warnings.simplefilter("error", RuntimeWarning)
+    torchbridge.devices.load("emu")
+assert torchbridge._C.sdk_autograd_refusal() is None
+leaf = torch.ones(2, device="emu", requires_grad=True)
+(leaf * 3).sum().backward()
+print(leaf.grad.cpu().tolist())
+""")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[3.0, 3.0]"
+
+
 def test_exit_waits_for_autograd_device_threads_after_backward():
     # torch's device thread may still hold the last backward pass when the program ends; released
     # during interpreter finalization it aborts the process (python/src/autograd_exit.cpp). Loading

@@ -35,6 +35,10 @@ void load_device(const std::string& name);
 std::vector<std::string> available_devices();
 // Name of the SDK device registered in this process, if any.
 std::optional<std::string> registered_device();
+// Why a backward pass on the registered device would fail inside PyTorch, when it would: the
+// device was registered after the process's first backward pass, and PyTorch's autograd engine
+// sized its per-device queues then (registering warns with the same sentence). nullopt otherwise.
+std::optional<std::string> autograd_refusal();
 // True in a process forked after the device was registered: the device cannot be used there.
 bool in_bad_fork();
 
