@@ -13,7 +13,9 @@
 #include <torch/csrc/autograd/engine.h>
 
 #include <cstddef>
+#include <optional>
 #include <string>
+#include <vector>  // the engine's queues
 
 namespace torchbridge::sdk {
 namespace {
