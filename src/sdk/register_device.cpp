@@ -204,9 +204,9 @@ bool register_runtime_locked(const tb_runtime* table) {
 }
 
 // Asks autograd whether it serves the device just registered, after the registration lock is
-// released (the probe's backward pass runs on autograd's device thread, whose operators may ask
-// for the registered device), and warns when it does not: loading still succeeds, since forward
-// passes work, but never silently.
+// released (asking may start autograd's device threads, which set themselves up through the
+// device's guard while this thread waits for them), and warns when it does not: loading still
+// succeeds, since forward passes work, but never silently.
 void check_autograd_serves(const std::string& name) {
   auto reason = autograd_cannot_serve(name, runtime().device_count());
   if (!reason) return;

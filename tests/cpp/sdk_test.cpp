@@ -6,11 +6,11 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "collect_warnings.h"
 #include "error_message.h"
 #include "sdk/stream_registry.h"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
-#include <c10/util/Exception.h>
 
 #include <dlfcn.h>
 
@@ -108,20 +108,18 @@ TEST(Sdk, LoadingAfterTheFirstBackwardPassWarnsThatAutogradCannotServeTheDevice)
   const at::Tensor cpu_leaf = at::ones({2}).requires_grad_(true);
   at::mul(cpu_leaf, 3).sum().backward();  // the process's first backward pass, on the CPU
 
-  struct Collected final : c10::WarningHandler {
-    void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
-    std::vector<std::string> messages;
-  } collected;
+  std::vector<std::string> warnings;
   {
-    const c10::WarningUtils::WarningHandlerGuard guard(&collected);
+    const test_support::CollectWarnings collected;
     load_device("emu");
+    warnings = collected.messages;
   }
   ASSERT_TRUE(autograd_refusal().has_value());
   const std::string why = autograd_refusal().value_or("");
   EXPECT_NE(why.find("'emu' was loaded after this process's first backward pass"), std::string::npos) << why;
   EXPECT_NE(why.find("load it before the first backward pass"), std::string::npos) << why;
-  ASSERT_EQ(collected.messages.size(), 1u);
-  EXPECT_EQ(collected.messages[0], why);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], why);
   // Forward passes work; a backward pass fails inside PyTorch, as the warning said.
   const at::Tensor leaf = at::ones({2}, at::TensorOptions().device(emu())).requires_grad_(true);
   const at::Tensor loss = at::mul(leaf, 3).sum();
