@@ -41,11 +41,13 @@ def test_bad_device_options_are_reported():
 
 
 def test_loading_after_the_first_backward_pass_warns_that_backward_on_the_device_would_fail():
-    # PyTorch's autograd engine sizes its device queues at the process's first backward pass; emu
-    # loaded after one cannot run backward. Loading warns, forward passes work, and PyTorch's own
-    # failure on backward is the reference for what the warning says. The exit hook copes too.
+    # PyTorch's autograd engine sizes its device queues at the process's first backward pass, for the
+    # devices registered then: none on a CPU machine, one per GPU on a GPU machine. emu, loaded after,
+    # can run backward on those indices only. emu gets 16 devices, more than a machine has GPUs.
+    # Loading warns, forward passes work, and PyTorch's own failure on the first index without a
+    # queue is the reference for what the warning says. The exit hook copes too.
     result = run_python("""
-import warnings
+import re, warnings
 import torch, torchbridge
 x = torch.ones(2, requires_grad=True)
 (x * 3).sum().backward()                      # the process's first backward pass, on the CPU
@@ -56,18 +58,28 @@ messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarn
 assert len(messages) == 1, messages
 assert messages[0] == torchbridge._C.sdk_autograd_refusal(), messages
 print(messages[0])
-leaf = torch.ones(2, device="emu", requires_grad=True)
-loss = (leaf * 3).sum()
-assert loss.item() == 6.0                     # forward passes work
-try:
-    loss.backward()
-except RuntimeError as error:
-    print("backward failed:", "device_ready_queues_" in str(error))
-""")
+served = int(re.search(r"for (\\d+) device", messages[0]).group(1))
+assert served == torch.cuda.device_count(), (served, torch.cuda.device_count())  # the GPUs torch counts
+
+def backward_on(index):
+    leaf = torch.ones(2, device=f"emu:{index}", requires_grad=True)
+    loss = (leaf * 3).sum()
+    assert loss.item() == 6.0                 # forward passes work
+    try:
+        loss.backward()
+    except RuntimeError as error:
+        return "device_ready_queues_" in str(error)
+    return leaf.grad.cpu().tolist()
+
+print("first index without a queue failed:", backward_on(served))
+if served:
+    print("an index with a queue:", backward_on(0))
+""", env={"TORCHBRIDGE_EMU_DEVICES": "16"})
     assert result.returncode == 0, result.stderr
     assert "'emu' was loaded after this process's first backward pass" in result.stdout, result.stdout
     assert "load it before the first backward pass" in result.stdout
-    assert "backward failed: True" in result.stdout, result.stdout
+    assert "first index without a queue failed: True" in result.stdout, result.stdout
+    assert "an index with a queue: [3.0, 3.0]" in result.stdout or "for 0 device(s)" in result.stdout, result.stdout
     assert "Warning:" not in result.stderr  # the warning came as a Python warning, not c10's stderr line
     assert "could not wait" not in result.stderr, result.stderr
 

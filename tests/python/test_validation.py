@@ -18,6 +18,11 @@ CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable), "torchbridge")
 # Loaded before this process's first backward pass, as PyTorch requires of a new device.
 VALIDATOR = UnifiedValidator(backends=["cpu", "emu"])
 
+# A native accelerator this machine lacks, for the "not available" errors: cuda on the CPU machine,
+# another vendor's on a GPU machine (where cuda validates).
+UNAVAILABLE = next(name for name in ("cuda", "rocm", "xpu", "mps")
+                   if name not in torchbridge.BackendFactory.available_backends())
+
 
 class SmallNet(torch.nn.Module):
     def __init__(self):
@@ -148,7 +153,7 @@ def test_unknown_and_unavailable_backends_raise_before_any_work():
     with pytest.raises(ValueError, match="unknown backend 'nope'"):
         UnifiedValidator(backends=["cpu", "nope"])
     with pytest.raises(Exception, match="not available"):
-        UnifiedValidator(backends=["cuda"])
+        UnifiedValidator(backends=[UNAVAILABLE])
 
 
 def test_an_sdk_device_beside_a_native_accelerator_is_refused_in_one_process():
@@ -227,7 +232,7 @@ print([c["check"] for c in r.checks if not c["passed"]], r.is_valid)
     (["--model", "builtin:resnet"], "unknown built-in model 'resnet'"),
     (["--model", "/nonexistent.pt"], "neither builtin:NAME"),
     (["--model", "builtin:mlp", "--backends", "cpu,nope"], "unknown backend 'nope'"),
-    (["--model", "builtin:mlp", "--backends", "cpu,cuda"], "not available"),
+    (["--model", "builtin:mlp", "--backends", f"cpu,{UNAVAILABLE}"], f"backend '{UNAVAILABLE}' is not available"),
     (["--model", "builtin:mlp", "--input-shape", "4,x"], "bad entry 'x'"),
     (["--model", "builtin:mlp", "--input-shape", "4,7"], "does not run on the CPU with inputs of shape [4, 7]"),
     (["--model", "builtin:mlp", "--dtype", "fp4"], "precision 'fp4'"),
