@@ -45,9 +45,10 @@ std::vector<BenchResult> bench_sdk(const std::string& backend, const BenchOption
 std::vector<BenchResult> bench_checkpoint(const std::vector<std::string>& backends, const BenchOptions& options);
 
 // The validator on `backends` (the built-in transformer, input `input_shape` or its own when
-// empty) against one forward+backward pass on each of them. Goal <= 3x.
+// empty) against one forward+backward pass on each of them, both on `intra_op_threads` CPU
+// threads (one by default, as every group of `torchbridge bench`). Goal <= 3x.
 std::vector<BenchResult> bench_validation(const std::vector<std::string>& backends, const BenchOptions& options,
-                                          const std::vector<int64_t>& input_shape = {});
+                                          const std::vector<int64_t>& input_shape = {}, int intra_op_threads = 1);
 
 // One table: group, backend, case, baseline, measured, ratio, goal, met.
 void print_bench_table(const std::vector<BenchResult>& results);

@@ -24,12 +24,14 @@
 namespace torchbridge::cli {
 
 std::vector<BenchResult> bench_validation(const std::vector<std::string>& backends, const BenchOptions& options,
-                                          const std::vector<int64_t>& input_shape) {
+                                          const std::vector<int64_t>& input_shape, int intra_op_threads) {
   TORCH_CHECK_VALUE(!backends.empty(), "the validation benchmark needs at least one backend");
+  TORCH_CHECK_VALUE(intra_op_threads >= 1, "the validation benchmark needs at least one intra-op thread, got ",
+                    intra_op_threads);
   const int repeats = options.quick ? 3 : 9;
   std::string label;
   for (const auto& name : backends) label += (label.empty() ? "" : "+") + name;
-  const OneIntraOpThread one_thread;
+  const IntraOpThreads threads(intra_op_threads);
   for (const auto& name : backends) create_backend(name);  // an SDK device loads before any backward pass
 
   const std::vector<int64_t> shape =

@@ -22,16 +22,22 @@ inline double median_seconds(int repeats, const std::function<void()>& body) {
   return samples[samples.size() / 2];
 }
 
-// Runs torch's CPU kernels on one intra-op thread while it lives, and restores the count after:
-// on a small shared machine, OpenMP's spinning threads make multi-threaded timings swing widely
-// whenever another process takes a core. Both sides of a comparison run under it.
-class OneIntraOpThread {
+// Runs torch's CPU kernels on `count` intra-op threads while it lives, and restores the count
+// after. Most benchmarks take one: on a small shared machine, OpenMP's spinning threads make
+// multi-threaded timings swing widely whenever another process takes a core. Both sides of a
+// comparison run under it.
+class IntraOpThreads {
  public:
-  OneIntraOpThread() : previous_(at::get_num_threads()) { at::set_num_threads(1); }
-  ~OneIntraOpThread() { at::set_num_threads(previous_); }
-  OneIntraOpThread(const OneIntraOpThread&) = delete;
-  OneIntraOpThread& operator=(const OneIntraOpThread&) = delete;
+  explicit IntraOpThreads(int count) : previous_(at::get_num_threads()) { at::set_num_threads(count); }
+  ~IntraOpThreads() { at::set_num_threads(previous_); }
+  IntraOpThreads(const IntraOpThreads&) = delete;
+  IntraOpThreads& operator=(const IntraOpThreads&) = delete;
 
  private:
   int previous_;
+};
+
+class OneIntraOpThread : public IntraOpThreads {
+ public:
+  OneIntraOpThread() : IntraOpThreads(1) {}
 };
