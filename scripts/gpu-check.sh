@@ -49,6 +49,9 @@ LOGS="$WORK/logs"
 mkdir -p "$LOGS"
 START=$SECONDS
 
+# CPU threads for each of N CTest entries run at once: their share of the machine's cores.
+threads_per_entry() { local share=$(( $(nproc) / $1 )); echo $(( share > 0 ? share : 1 )); }
+
 # ---- bookkeeping: one row per step --------------------------------------------------------------
 ROWS=()
 FAILED=0
@@ -296,7 +299,8 @@ step redirect-corpus env TORCHBRIDGE_REDIRECT_TARGETS="$TARGETS" "$WORK/venv/bin
 # The CTest entries that touch CUDA, NCCL or the one-accelerator rule (CUDA backend, cudasdk's
 # runtime, the contract suite's cuda cases, the contract devices, NCCL, test_one_accelerator), ahead
 # of the whole suite, which a short device budget may not reach.
-step ctest-gpu ctest --test-dir "$WORK/build" --output-on-failure --timeout 300 -j 8 \
+step ctest-gpu env OMP_NUM_THREADS="$(threads_per_entry 8)" TORCHINDUCTOR_COMPILE_THREADS=1 \
+  ctest --test-dir "$WORK/build" --output-on-failure --timeout 300 -j 8 \
   -R '[Cc]uda|Gpu|Nccl|accelerator|Accelerator|contract\.'
 
 # Every micro-benchmark group in one table (the GPU's SDK figures through cudasdk are separate).
@@ -321,7 +325,11 @@ gpu_step bench-activation-checkpoint-python "$WORK/venv/bin/python" "$ROOT/bench
 # Left out: the two entries that compile the project again to check compilers, not devices (clang
 # with the include check, 721 s of CI's 1,836 s on the 2-core machine; GCC 13, which this check's
 # own build already is on the GPU image); CI runs them.
-step ctest ctest --test-dir "$WORK/build" --output-on-failure --timeout 600 -j "$JOBS" "${CTEST_FILTER[@]}" \
+# Each entry gets its share of the cores (OMP_NUM_THREADS; an entry that sets its own keeps it) and
+# inductor compiles in-process: torch's default is every core per process, and the fourth H200 run,
+# 16 entries at once, ran Python files 3-11x longer than on the 2-core VM (test_fp8 18 s -> 217 s).
+step ctest env OMP_NUM_THREADS="$(threads_per_entry "$JOBS")" TORCHINDUCTOR_COMPILE_THREADS=1 \
+  ctest --test-dir "$WORK/build" --output-on-failure --timeout 600 -j "$JOBS" "${CTEST_FILTER[@]}" \
   -E '^lint\.(includes_and_clang_warnings|gcc13_build)$'
 
 # ---- summary ---------------------------------------------------------------------------------------
