@@ -104,9 +104,6 @@ TEST(Sdk, LoadingByBackendNameRegistersTheDevice) {
   EXPECT_FALSE(autograd_refusal().has_value());  // loaded before any backward pass
 }
 
-// PyTorch's autograd engine sizes its device queues at the process's first backward pass; a device
-// loaded after one cannot run backward (PyTorch's internal assertion). Loading says so, and what
-// it says is what PyTorch then does.
 // The devices autograd's engine gives a queue (and a thread) when it starts, as it counts them:
 // the most numerous device type that does not run on the CPU's queue. None on a CPU machine, one
 // per GPU on a GPU machine (CUDA's guard counts them whether or not CUDA was used).
@@ -132,6 +129,9 @@ std::string backward_on_emu(int index) {
   return leaf.grad().cpu().equal(at::full({2}, 3.0f)) ? "gradient 3" : "wrong gradient";
 }
 
+// PyTorch's autograd engine sizes its device queues at the process's first backward pass; a device
+// index loaded after one beyond those queues cannot run backward (PyTorch's internal assertion).
+// Loading says so, and what it says is what PyTorch then does.
 TEST(Sdk, LoadingAfterTheFirstBackwardPassWarnsThatAutogradCannotServeTheDevice) {
   if (registered_device()) GTEST_SKIP() << kNeedsAFreshProcess;
   const at::Tensor cpu_leaf = at::ones({2}).requires_grad_(true);
