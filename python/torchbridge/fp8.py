@@ -82,12 +82,22 @@ class _Fp8LinearFunction(torch.autograd.Function):
         return grad_input, grad_weight, grad_bias, None, None, None
 
 
-# torch.compile must not trace into the layer: the C++ kernels take TensorImpl addresses, which
-# under tracing would be fake tensors' (and dynamo would call the kernel while tracing). Compiled
-# models run the FP8 layers eagerly, with graph breaks around them.
-@torch.compiler.disable
 def _fp8_linear(input, weight, bias, layer, out_dtype, kernel):
     return _Fp8LinearFunction.apply(input, weight, bias, layer, out_dtype, kernel)
+
+
+# torch.compile must not trace into the layer: the C++ kernels take TensorImpl addresses, which
+# under tracing would be fake tensors' (and dynamo would call the kernel while tracing). Compiled
+# models run the FP8 layers eagerly, with graph breaks around them. torch.compiler.disable imports
+# torch._dynamo (2 s of `import torchbridge` on the development VM), so the wrapper is made when
+# the first layer is (built, converted or unpickled), not at import: no layer can run before then.
+_fp8_linear_outside_compile: Optional[Callable] = None
+
+
+def _make_fp8_linear_outside_compile() -> None:
+    global _fp8_linear_outside_compile
+    if _fp8_linear_outside_compile is None:
+        _fp8_linear_outside_compile = torch.compiler.disable(_fp8_linear)
 
 
 class Fp8Linear(nn.Module):
@@ -134,10 +144,15 @@ class Fp8Linear(nn.Module):
         return layer
 
     def _register_scaling_buffers(self, device) -> None:
+        _make_fp8_linear_outside_compile()  # every constructor passes here
         for operand in ("input", "weight", "grad_output"):
             self.register_buffer(f"{operand}_amax_history",
                                  torch.zeros(self.amax_history_length, dtype=torch.float32, device=device))
             self.register_buffer(f"{operand}_scale", torch.ones((), dtype=torch.float32, device=device))
+
+    def __setstate__(self, state) -> None:  # unpickled or copied: made by no constructor
+        _make_fp8_linear_outside_compile()
+        super().__setstate__(state)
 
     def reset_parameters(self) -> None:
         # nn.Linear's initialisation, so swapping one for the other changes no statistics.
@@ -155,7 +170,8 @@ class Fp8Linear(nn.Module):
                              "move one of them")
         device_type = input.device.type
         out_dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else input.dtype
-        return _fp8_linear(input, self.weight, self.bias, self, out_dtype, matmul_kernel(input.device, self.kernel))
+        return _fp8_linear_outside_compile(input, self.weight, self.bias, self, out_dtype,
+                                           matmul_kernel(input.device, self.kernel))
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "

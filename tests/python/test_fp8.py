@@ -191,3 +191,25 @@ def test_a_compiled_model_runs_its_fp8_layers_eagerly_with_the_same_numbers():
     assert torch.equal(y_compiled, y_eager)
     assert torch.equal(compiled[0].weight.grad, eager[0].weight.grad)
     assert torch.equal(compiled[0].input_amax_history, eager[0].input_amax_history)
+
+
+def test_a_layer_unpickled_in_a_fresh_process_runs_eagerly_and_under_torch_compile(tmp_path):
+    # The wrapper that keeps torch.compile out of the layer is made by the first layer built,
+    # converted or unpickled (torch._dynamo is too slow to import with torchbridge). A process whose
+    # only layer comes from a pickle (torch.load of a whole module, no constructor) must have it too.
+    torch.manual_seed(7)
+    layer = Fp8Linear(16, 8)
+    x = torch.randn(4, 16)
+    torch.save({"layer": layer, "x": x, "y": layer(x).detach()}, tmp_path / "layer.pt")
+    program = f"""
+import sys, torch, torchbridge.fp8
+assert "torch._dynamo" not in sys.modules, "importing torchbridge.fp8 imported torch._dynamo"
+saved = torch.load({str(tmp_path / "layer.pt")!r}, weights_only=False)
+layer, x = saved["layer"], saved["x"]
+assert torch.equal(layer(x), saved["y"]), "eager output differs from the pickling process's"
+compiled = torch.compile(layer)
+assert torch.equal(compiled(x), layer(x)), "compiled output differs from the eager one"
+print("ok")
+"""
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]

@@ -97,3 +97,15 @@ def test_every_module_imports_first_in_a_fresh_interpreter():
         failures = [failure for failure in pool.map(import_first, names) if failure]
     assert not failures, failures
     assert importlib.import_module("torchbridge.checkpoint").save_state is not None
+
+
+def test_importing_torchbridge_leaves_torch_compile_unloaded():
+    # torch._dynamo takes seconds to import (2.2 s of `import torchbridge` on the 2-core VM, through
+    # fp8's torch.compiler.disable, before it was deferred): every program and every CLI run paid
+    # it. Only code that compiles, or makes an FP8 layer, should.
+    program = ("import sys, torchbridge, torchbridge.fp8, torchbridge.optimize\n"
+               "print(sorted(m for m in sys.modules if m.startswith(('torch._dynamo', 'torch._inductor'))))")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
+
