@@ -24,6 +24,7 @@ from torch.utils.dlpack import to_dlpack
 
 from . import _C
 from ._int8_linear import quantize_linear_weights
+from ._outputs import eval_mode, flatten
 from .fp8 import convert_to_fp8
 from ._hardware_steps import hardware_step as _hardware_step
 from .config import TorchBridgeConfig
@@ -120,40 +121,19 @@ def _fused_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     return rebuilt
 
 
-def _flat_tensors(value) -> "list[torch.Tensor]":
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _flat_tensors(item)]
-    if isinstance(value, dict):
-        return [t for key in value for t in _flat_tensors(value[key])]
-    return []
-
-
-@contextlib.contextmanager
-def _eval_mode(model: torch.nn.Module):
-    """Dropout and batch statistics make training-mode outputs differ run to run; compare in eval."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
 class _Reference:
     """The original model's outputs in float64 on the CPU, taken before any step changes it."""
 
     def __init__(self, model: torch.nn.Module, inputs: tuple):
         self.inputs = inputs
         original = copy.deepcopy(model).to("cpu", torch.float64)
-        with torch.no_grad(), _eval_mode(original):
-            self.outputs = _flat_tensors(original(*(_to(x, "cpu", torch.float64) for x in inputs)))
+        with torch.no_grad(), eval_mode(original):
+            self.outputs = flatten(original(*(_to(x, "cpu", torch.float64) for x in inputs)), skip_non_tensors=True)
 
     def check(self, model, device, precision: str) -> "tuple[str, str | None]":
         """(the step's detail, a failure message or None)."""
-        with torch.no_grad(), _eval_mode(model):
-            results = _flat_tensors(model(*(_to(x, device) for x in self.inputs)))
+        with torch.no_grad(), eval_mode(model):
+            results = flatten(model(*(_to(x, device) for x in self.inputs)), skip_non_tensors=True)
         if len(results) != len(self.outputs):
             return "", f"the optimized model returned {len(results)} tensors, the original {len(self.outputs)}"
         worst = None

@@ -1,11 +1,10 @@
 """Argument checks and the run-and-compare steps every exporter shares."""
 
-import contextlib
 import os
 
 import torch
 
-from .._outputs import flatten  # noqa: F401  (also used as _common.flatten)
+from .._outputs import eval_mode, flatten  # noqa: F401  (also used as _common.eval_mode, _common.flatten)
 from ._result import ExportVerificationError
 
 
@@ -52,17 +51,6 @@ def check_sample_input(sample_input, purpose: str) -> "tuple[torch.Tensor, ...]"
 
 def describe(inputs: "tuple[torch.Tensor, ...]") -> str:
     return ", ".join(f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for t in inputs)
-
-
-@contextlib.contextmanager
-def eval_mode(model: torch.nn.Module):
-    """Deployment graphs are inference graphs; a training model is put back afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
 
 
 def run_model(model: torch.nn.Module, inputs: "tuple[torch.Tensor, ...]") -> "list[torch.Tensor]":
