@@ -36,7 +36,20 @@ def collectives(device_type, current_index, resolve):
         return resolve(spec)
 
     def copies_onto(tensor, devices):
-        return [tensor.to(device_of(d), copy=True) for d in devices]
+        # As CUDA's broadcast: the source device's entry is the tensor itself, so DataParallel's
+        # first replica shares the module's buffers and keeps their in-place updates (BatchNorm's
+        # running statistics), as torch documents. Only the first such entry: with the CPU as the
+        # target every "device" is the CPU, and the other replicas must stay copies.
+        source_taken = False
+        result = []
+        for d in devices:
+            target = device_of(d)
+            if target == tensor.device and not source_taken:
+                result.append(tensor)
+                source_taken = True
+            else:
+                result.append(tensor.to(target, copy=True))
+        return result
 
     def broadcast(tensor, devices=None, *, out=None):
         if (devices is None) == (out is None):
@@ -49,8 +62,9 @@ def collectives(device_type, current_index, resolve):
         return tuple(copies_onto(tensor, devices))
 
     def broadcast_coalesced(tensors, devices, buffer_size=10485760):
-        # One list per device, each holding every tensor (Broadcast.forward edits them in place).
-        return [[t.to(device_of(d), copy=True) for t in tensors] for d in devices]
+        # One list per device, each holding every tensor.
+        per_tensor = [copies_onto(t, devices) for t in tensors]
+        return [[copies[i] for copies in per_tensor] for i in range(len(devices))]
 
     def reduce_add(inputs, destination=None):
         target = device_of(destination)

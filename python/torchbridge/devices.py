@@ -2,6 +2,7 @@
 
 import atexit
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -107,6 +108,23 @@ def _integrate_with_torch(name: str) -> None:
             )
         _inductor_refusal.install(name)
         _parallel_comm.install_for_sdk_device(name, getattr(torch, name))
+        _byteswap_through_the_host(name)
+
+
+def _byteswap_through_the_host(name: str) -> None:
+    """torch's UntypedStorage.byteswap swaps the bytes in place through the storage's pointer, which
+    for device memory is no host memory: on emu it killed the process (SIGSEGV), and torch.load
+    calls it for a big-endian file loaded onto the device. The device's bytes go through the host."""
+    swap_in_place = torch.UntypedStorage.byteswap
+
+    def byteswap(self, dtype):
+        if self.device.type != name:
+            return swap_in_place(self, dtype)
+        host = self.cpu()
+        swap_in_place(host, dtype)
+        self.copy_(host)
+
+    torch.UntypedStorage.byteswap = functools.wraps(swap_in_place)(byteswap)
 
 
 def _device_module(name: str) -> types.ModuleType:
@@ -125,15 +143,27 @@ def _device_module(name: str) -> types.ModuleType:
             return current_device()
         if isinstance(device, int):
             return device
-        device = torch.device(device)
+        device = torch.device(device)  # under redirection, "cuda" names this device
+        if device.type != name:
+            # torch.emu.memory_allocated("cpu") answered for the current emu device.
+            raise ValueError(f"torch.{name}: {str(device)!r} is not a {name!r} device: expected "
+                             f"'{name}', '{name}:N', an index or None")
         return device.index if device.index is not None else current_device()
 
+    def seed_bits(seed) -> int:
+        """A seed as torch's generators take it: any integer in [-2**63, 2**64), negative ones as
+        their 64-bit two's complement (torch.manual_seed(-1) seeds 2**64 - 1)."""
+        seed = int(seed)
+        if not -2**63 <= seed < 2**64:
+            raise RuntimeError(f"manual_seed: {seed} is out of range: expected an integer in [-2**63, 2**64)")
+        return seed & (2**64 - 1)
+
     def manual_seed(seed: int) -> None:
-        _C.generator_manual_seed(name, current_device(), int(seed))
+        _C.generator_manual_seed(name, current_device(), seed_bits(seed))
 
     def manual_seed_all(seed: int) -> None:
         for i in range(device_count()):
-            _C.generator_manual_seed(name, i, int(seed))
+            _C.generator_manual_seed(name, i, seed_bits(seed))
 
     def seed() -> None:
         _C.generator_seed(name, current_device())

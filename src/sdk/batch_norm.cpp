@@ -24,6 +24,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
     const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
     const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
     double momentum, double eps) {
+  const auto or_none = [](const std::optional<at::Tensor>& t) { return t.value_or(at::Tensor()); };
+  check_tensors_on_one_device("aten::native_batch_norm", {input, or_none(weight), or_none(bias), or_none(running_mean),
+                                                           or_none(running_var)});
   note_cpu_fallback("aten::native_batch_norm");
   const auto host_mean = to_host(running_mean), host_var = to_host(running_var);
   auto [output, save_mean, save_invstd] = at::native_batch_norm(input.cpu(), to_host(weight), to_host(bias), host_mean,

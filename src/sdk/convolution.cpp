@@ -23,6 +23,7 @@ at::Tensor to_host(const at::Tensor& t) { return t.defined() ? t.cpu() : t; }
 at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                        c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                        c10::IntArrayRef output_padding, int64_t groups) {
+  check_tensors_on_one_device("aten::convolution_overrideable", {input, weight, bias.value_or(at::Tensor())});
   note_cpu_fallback("aten::convolution_overrideable");
   const std::optional<at::Tensor> host_bias = bias.has_value() ? std::optional(to_host(*bias)) : std::nullopt;
   return at::convolution(to_host(input), to_host(weight), host_bias, stride, padding, dilation, transposed,
@@ -34,6 +35,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
     int64_t groups, std::array<bool, 3> output_mask) {
+  check_tensors_on_one_device("aten::convolution_backward_overrideable", {grad_output, input, weight});
   note_cpu_fallback("aten::convolution_backward_overrideable");
   const std::vector<int64_t> bias_sizes = {weight.size(transposed ? 1 : 0) * (transposed ? groups : 1)};
   auto [grad_input, grad_weight, grad_bias] =

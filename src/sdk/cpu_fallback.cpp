@@ -62,15 +62,45 @@ c10::DeviceIndex device_of_arguments(const torch::jit::Stack& stack, size_t firs
   return -1;  // the current device
 }
 
+// Whether a tensor or a device= argument puts the call on the SDK device. A call that reaches the
+// fallback without one got here through its generator alone (torch.randn(2, generator=<emu
+// generator>) makes a CPU tensor).
+bool names_the_device(const torch::jit::Stack& stack, size_t first, size_t count) {
+  const auto on_device = [](const at::Tensor& t) {
+    return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+  };
+  for (size_t i = first; i < first + count; ++i) {
+    const c10::IValue& value = stack[i];
+    if (value.isTensor() && on_device(value.toTensor())) return true;
+    if (value.isDevice() && value.toDevice().type() == c10::DeviceType::PrivateUse1) return true;
+    if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorList().vec()) {
+        if (on_device(t)) return true;
+      }
+    }
+  }
+  return false;
+}
+
 void substitute_generators(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& arguments = op.schema().arguments();
   const size_t first = stack->size() - arguments.size();
+  const bool on_device = names_the_device(*stack, first, arguments.size());
   for (size_t i = 0; i < arguments.size(); ++i) {
     if (!is_generator_type(arguments[i].type())) continue;
     c10::IValue& value = (*stack)[first + i];
     if (value.isNone()) {
       value = c10::IValue(cpu_generator_of(default_generator(device_of_arguments(*stack, first, arguments.size()))));
-    } else if (value.isGenerator() && value.toGenerator().device().type() == c10::DeviceType::PrivateUse1) {
+    } else if (value.isGenerator()) {
+      // As on every torch device: a generator of another device type draws no numbers here (CUDA
+      // kernels refuse a CPU generator the same way).
+      // And the other way round, as the CPU's kernels refuse a CUDA generator.
+      const c10::Device device = value.toGenerator().device();
+      TORCH_CHECK(device.type() == c10::DeviceType::PrivateUse1, "Expected a '", runtime().name(),
+                  "' device type for generator but found '", device.type(), "' (operator ",
+                  c10::toString(op.operator_name()), ")");
+      TORCH_CHECK(on_device, "Expected a 'cpu' device type for generator but found '", runtime().name(),
+                  "' (operator ", c10::toString(op.operator_name()), " on CPU tensors)");
       value = c10::IValue(cpu_generator_of(value.toGenerator()));
     }
   }
@@ -86,18 +116,13 @@ void check_not_strict(const c10::OperatorName& op) {
 // as scalars. Without this check the fallback would quietly compute across devices.
 void check_one_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const size_t count = op.schema().arguments().size();
-  std::optional<c10::Device> seen;
-  const auto visit = [&](const at::Tensor& t) {
-    if (!t.defined() || (t.is_cpu() && t.dim() == 0)) return;
-    if (!seen) seen = t.device();
-    TORCH_CHECK(*seen == t.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
-                *seen, " and ", t.device(), "! (operator ", c10::toString(op.operator_name()), ")");
-  };
+  std::vector<at::Tensor> tensors;
   for (size_t i = stack.size() - count; i < stack.size(); ++i) {
     const c10::IValue& value = stack[i];
-    if (value.isTensor()) visit(value.toTensor());
-    else if (value.isTensorList()) for (const at::Tensor& t : value.toTensorList().vec()) visit(t);
+    if (value.isTensor()) tensors.push_back(value.toTensor());
+    else if (value.isTensorList()) for (const at::Tensor& t : value.toTensorList().vec()) tensors.push_back(t);
   }
+  check_tensors_on_one_device(c10::toString(op.operator_name()), tensors);
 }
 
 void count_run(const c10::OperatorName& name) {
@@ -121,6 +146,16 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }  // namespace
 
 void boxed_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { fallback(op, stack); }
+
+void check_tensors_on_one_device(const std::string& op, c10::ArrayRef<at::Tensor> tensors) {
+  std::optional<c10::Device> seen;
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined() || (t.is_cpu() && t.dim() == 0)) continue;
+    if (!seen) seen = t.device();
+    TORCH_CHECK(*seen == t.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
+                *seen, " and ", t.device(), "! (operator ", op, ")");
+  }
+}
 
 void note_cpu_fallback(const c10::OperatorHandle& op) {
   check_not_strict(op.operator_name());
@@ -148,6 +183,16 @@ void register_cpu_fallback() {
   static auto* functional = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
                                                __LINE__);
   for (const char* name : {"mse_loss", "smooth_l1_loss"}) {
+    functional->impl(name, torch::CppFunction::makeFromBoxedFunction<&fallback>());
+  }
+  // Composites that reach a device without its own kernel by a path the CPU does not take:
+  // conj_physical_ calls its DispatchStub directly, which has no entry for PrivateUse1 (torch's
+  // internal assertion "DispatchStub: missing kernel"); addr_ calls addr.out with `self` as the
+  // out= argument, which the CPU kernel recognises by the reference's address (lost when a boxed
+  // call unboxes it) and the device-generic composite not at all: `t.addr_(u, v)` on a 0-dim `t`
+  // made it a matrix where the CPU refuses. Their CPU kernels, through the fallback, behave as on
+  // the CPU.
+  for (const char* name : {"conj_physical_", "addr_"}) {
     functional->impl(name, torch::CppFunction::makeFromBoxedFunction<&fallback>());
   }
 }

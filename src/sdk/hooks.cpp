@@ -5,6 +5,7 @@
 #include "sdk/host_allocator.h"
 #include "sdk/runtime_handle.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/StorageImpl.h>
 
 #include <algorithm>
@@ -18,6 +19,9 @@ void resize_storage_bytes(const c10::Storage& storage, size_t new_bytes) {
   TORCH_CHECK(impl->resizable(), "cannot resize a storage that is not resizable");
   const size_t old_bytes = impl->nbytes();
   if (new_bytes == old_bytes) return;
+  // The allocator serves the current device; a storage grows on its own (an `out=` tensor on
+  // emu:1 resized while emu:0 is current would otherwise move to emu:0 under its tensor's feet).
+  const c10::DeviceGuard guard(impl->device());
   c10::DataPtr fresh = impl->allocator()->allocate(new_bytes);
   const size_t keep = std::min(old_bytes, new_bytes);
   if (keep > 0) {
@@ -39,6 +43,10 @@ class SdkHooks final : public at::PrivateUse1HooksInterface {
     return default_generator(device);
   }
   at::Generator getNewGenerator(c10::DeviceIndex device) const override {
+    TORCH_CHECK(device < runtime().device_count(), "torch.Generator(device=", runtime().name(), ":",
+                static_cast<int>(device),
+                "): '", runtime().name(), "' has ", runtime().device_count(), " device(s), valid indices 0..",
+                runtime().device_count() - 1);
     return new_generator(device < 0 ? default_generator(-1).device().index() : device);
   }
   at::Device getDeviceFromPtr(void* data) const override {

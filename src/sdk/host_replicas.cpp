@@ -268,9 +268,20 @@ void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   std::vector<Replica> replicas = plan_replicas(slots, alias);
   std::vector<bool> filled(replicas.size(), false);
+  // One host tensor per device tensor: a kernel tells an in-place call (`mul_out(self, self, b)`,
+  // which every `op_` composite becomes) from an out= call by the tensors' identity, and refuses
+  // to broadcast into its own input only when it sees the same tensor twice. With two views it
+  // would resize `self` as an out= argument, which torch's own CPU call refuses.
+  std::map<const c10::TensorImpl*, at::Tensor> host_of;
   for (Slot& s : slots) {  // in argument order, so copies leave the device in that order
+    const auto [seen, first_use] = host_of.try_emplace(s.device.unsafeGetTensorImpl());
+    if (!first_use) {
+      s.host = seen->second;
+      continue;
+    }
     if (s.replica == kNoReplica) {
       s.host = s.device.cpu();
+      seen->second = s.host;
       continue;
     }
     if (!filled[s.replica]) fill_replica(replicas[s.replica], slots, s.replica, alias);
@@ -278,6 +289,7 @@ void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const Replica& replica = replicas[s.replica];
     s.host = same_view(s.device, replica.host, c10::DispatchKey::CPU,
                        static_cast<int64_t>((byte_offset(s.device) - replica.begin) / s.device.element_size()));
+    seen->second = s.host;
   }
 
   // The kernel's arguments: host tensors in place of device tensors; lists are rebuilt, never

@@ -46,6 +46,7 @@
 #include <ATen/ops/values_native.h>
 #include <ATen/ops/zero_native.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -86,13 +87,55 @@ at::Tensor sparse_copy_from_and_resize(const at::Tensor& self, const at::Tensor&
   return dst;
 }
 
+// torch's generated wrappers make the named device current before a sparse constructor runs;
+// registered directly, the constructors would build the sparse tensor's empty members on the
+// current device and then meet members on another (torch's internal assertion
+// "device() == values_.device()" for a COO tensor built on emu:1 while emu:0 is current).
+at::Tensor empty_coo_on(at::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                        std::optional<at::Device> device, std::optional<bool> pin_memory,
+                        std::optional<at::MemoryFormat> memory_format) {
+  const c10::OptionalDeviceGuard guard(device);
+  return at::native::empty_sparse(size, dtype, layout, device, pin_memory, memory_format);
+}
+
+at::Tensor empty_compressed_on(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
+  const c10::OptionalDeviceGuard guard(device);
+  return at::native::empty_sparse_compressed(size, dtype, layout, device, pin_memory, memory_format);
+}
+
+at::Tensor empty_coo_like(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                          std::optional<at::Device> device, std::optional<bool> pin_memory,
+                          std::optional<at::MemoryFormat> memory_format) {
+  const c10::OptionalDeviceGuard guard(device.has_value() ? device : std::optional(self.device()));
+  return at::native::empty_like_sparse_coo(self, dtype, layout, device, pin_memory, memory_format);
+}
+
+at::Tensor new_coo_with_dims(int64_t sparse_dim, int64_t dense_dim, at::IntArrayRef size,
+                             std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                             std::optional<at::Device> device, std::optional<bool> pin_memory) {
+  const c10::OptionalDeviceGuard guard(device);
+  return at::native::new_with_dims_sparse(sparse_dim, dense_dim, size, dtype, layout, device, pin_memory);
+}
+
+at::Tensor new_coo_with_tensors(int64_t sparse_dim, int64_t dense_dim, c10::SymIntArrayRef size,
+                                const at::Tensor& indices, const at::Tensor& values,
+                                std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                                std::optional<at::Device> device, std::optional<bool> pin_memory,
+                                std::optional<bool> is_coalesced) {
+  const c10::OptionalDeviceGuard guard(device.has_value() ? device : std::optional(values.device()));
+  return at::native::new_with_dims_and_tensor_sparse_symint(sparse_dim, dense_dim, size, indices, values, dtype,
+                                                            layout, device, pin_memory, is_coalesced);
+}
+
 void register_structure_kernels() {
   static auto* coo = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::SparsePrivateUse1,
                                         __FILE__, __LINE__);
-  coo->impl("empty.memory_format", TORCH_FN(at::native::empty_sparse));
-  coo->impl("empty_like", TORCH_FN(at::native::empty_like_sparse_coo));
-  coo->impl("_sparse_coo_tensor_with_dims", TORCH_FN(at::native::new_with_dims_sparse));
-  coo->impl("_sparse_coo_tensor_with_dims_and_tensors", TORCH_FN(at::native::new_with_dims_and_tensor_sparse_symint));
+  coo->impl("empty.memory_format", TORCH_FN(empty_coo_on));
+  coo->impl("empty_like", TORCH_FN(empty_coo_like));
+  coo->impl("_sparse_coo_tensor_with_dims", TORCH_FN(new_coo_with_dims));
+  coo->impl("_sparse_coo_tensor_with_dims_and_tensors", TORCH_FN(new_coo_with_tensors));
   coo->impl("sparse_resize_", TORCH_FN(at::native::sparse_resize_));
   coo->impl("sparse_resize_and_clear_", TORCH_FN(at::native::sparse_resize_and_clear_));
   coo->impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse));
@@ -107,13 +150,16 @@ void register_structure_kernels() {
   coo->impl("indices", TORCH_FN(at::native::indices_sparse));
   coo->impl("values", TORCH_FN(at::native::values_sparse));
   coo->impl("copy_sparse_to_sparse_", TORCH_FN(at::native::copy_sparse_));
+  // copy_ of a COO tensor: torch's sparse wrapper, as SparseCPU has; routed to the fallback, the
+  // write-back of every in-place COO operator (itself a copy_ from the CPU) was refused there.
+  coo->impl("copy_", TORCH_FN(at::native::copy_sparse_wrapper_));
   coo->impl("zero_", TORCH_FN(at::native::zero_sparse_));
   coo->impl("clone", TORCH_FN(at::native::clone_sparse));
   coo->impl("_copy_from_and_resize", TORCH_FN(sparse_copy_from_and_resize));
 
   static auto* compressed = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::SparseCsrPrivateUse1,
                                                __FILE__, __LINE__);
-  compressed->impl("empty.memory_format", TORCH_FN(at::native::empty_sparse_compressed));
+  compressed->impl("empty.memory_format", TORCH_FN(empty_compressed_on));
   compressed->impl("empty_like", TORCH_FN(at::native::empty_like_sparse_csr));
   compressed->impl("resize_", TORCH_FN(at::native::resize_sparse_csr_));
   compressed->impl("resize_as_sparse_", TORCH_FN(at::native::resize_as_sparse_compressed_));
