@@ -1,6 +1,7 @@
 #pragma once
 // A deliberately small command-line parser: one command word, then --flags and --option VALUE
-// (or --option=VALUE). Anything not declared by the command is a usage error naming it.
+// (or --option=VALUE). Anything not declared by the command, or an option given twice, is a usage
+// error naming it.
 
 #include <map>
 #include <set>
@@ -36,7 +37,12 @@ struct ParsedArguments {
 ParsedArguments parse_arguments(const std::string& command, const std::vector<std::string>& args,
                                 const CommandSpec& spec);
 
-// "cpu,emu" -> {"cpu", "emu"}; an empty list or entry is a UsageError naming `option` and the text.
+// Refuses, before any work is done, a file to be written that cannot be: `path` names a directory,
+// or a directory that is missing or not writable. `option` names the argument in the message.
+void check_output_file(const std::string& path, const std::string& option);
+
+// "cpu,emu" -> {"cpu", "emu"}; an empty list or entry, or a name given twice (in any case), is a
+// UsageError naming `option` and the text.
 std::vector<std::string> split_list(const std::string& text, const std::string& option);
 
 }  // namespace torchbridge::cli

@@ -11,12 +11,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -38,6 +41,11 @@ PATH is a .safetensors file, a Hugging Face index (*.safetensors.index.json) or 
 holding model.safetensors.index.json or model.safetensors.
 )";
 
+int print_help() {
+  std::cout << kHelp;
+  return 0;
+}
+
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -51,6 +59,7 @@ c10::ScalarType parse_float_dtype(const std::string& text) {
 
 int inspect(const std::vector<std::string>& args) {
   const ParsedArguments parsed = parse_arguments("checkpoint inspect", args, {{"--json"}, {}, true});
+  if (parsed.has("--help")) return print_help();
   if (parsed.positional.size() != 1) throw UsageError("checkpoint inspect needs exactly one PATH");
   const auto checkpoint = checkpoint::Checkpoint::open(parsed.positional[0]);
   uint64_t total = 0;
@@ -80,15 +89,23 @@ int inspect(const std::vector<std::string>& args) {
                                         << format_bytes(shard["bytes"].get<int64_t>()) << ")\n";
   }
   for (const auto& [key, value] : checkpoint.metadata()) std::cout << "  metadata " << key << " = " << value << "\n";
+  // Columns as wide as their longest entry: cut names made different tensors look alike
+  // (q_proj.weight and q_proj.weight_scale_inv).
+  size_t name_width = 0, shape_width = 0;
   for (const auto& t : tensors) {
-    std::cout << "  " << column(t["name"].get<std::string>(), 40) << column(t["dtype"].get<std::string>(), 9)
-              << column(t["shape"].dump(), 20) << format_bytes(t["bytes"].get<int64_t>()) << "\n";
+    name_width = std::max(name_width, t["name"].get<std::string>().size());
+    shape_width = std::max(shape_width, t["shape"].dump().size());
+  }
+  for (const auto& t : tensors) {
+    std::cout << "  " << column(t["name"].get<std::string>(), name_width + 2) << column(t["dtype"].get<std::string>(), 9)
+              << column(t["shape"].dump(), shape_width + 2) << format_bytes(t["bytes"].get<int64_t>()) << "\n";
   }
   return 0;
 }
 
 int verify(const std::vector<std::string>& args) {
   const ParsedArguments parsed = parse_arguments("checkpoint verify", args, {{}, {}, true});
+  if (parsed.has("--help")) return print_help();
   if (parsed.positional.size() != 1) throw UsageError("checkpoint verify needs exactly one PATH");
   try {
     const auto checkpoint = checkpoint::Checkpoint::open(parsed.positional[0]);
@@ -108,13 +125,29 @@ int verify(const std::vector<std::string>& args) {
 
 int convert(const std::vector<std::string>& args) {
   const ParsedArguments parsed = parse_arguments("checkpoint convert", args, {{}, {"--dtype", "--shard-size"}, true});
+  if (parsed.has("--help")) return print_help();
   if (parsed.positional.size() != 2) throw UsageError("checkpoint convert needs IN and OUT");
   std::optional<c10::ScalarType> dtype;
   if (const std::string* text = parsed.option("--dtype")) dtype = parse_float_dtype(*text);
   std::optional<uint64_t> shard_size;
   if (const std::string* text = parsed.option("--shard-size")) shard_size = checkpoint::parse_size(*text);
   const std::string& in = parsed.positional[0];
+  const std::string& out = parsed.positional[1];
+  if (out.empty()) throw UsageError("checkpoint convert: OUT is empty; expected a file or directory path");
   const bool from_torch_save = ends_with(in, ".pt") || ends_with(in, ".pth") || ends_with(in, ".bin");
+  // Rewriting a safetensors file or a sharded directory in place is safe (the input stays mapped
+  // while the new files replace it atomically). Anything else written over its input destroys it:
+  // a torch.save file would become a safetensors file torch.load refuses, an index a binary file.
+  std::error_code no_file;
+  if (std::filesystem::is_regular_file(out, no_file) && std::filesystem::equivalent(in, out, no_file) &&
+      (from_torch_save || ends_with(in, ".json"))) {
+    throw UsageError("checkpoint convert: OUT '" + out + "' is the input itself, which is no safetensors file; " +
+                     "write the conversion to another path");
+  }
+  if (!shard_size && ends_with(out, ".json")) {
+    throw UsageError("checkpoint convert: OUT '" + out + "' names a JSON file; a single safetensors file needs " +
+                     "another name (an index is written with --shard-size, OUT a directory)");
+  }
   const bool progress = isatty(STDERR_FILENO) != 0;  // a progress line only for a person watching
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   std::map<std::string, std::string> metadata;
@@ -142,14 +175,14 @@ int convert(const std::vector<std::string>& args) {
     if (progress) std::cerr << "\rconverting " << i + 1 << "/" << tensors.size() << " tensors" << std::flush;
   }
   if (shard_size) {
-    const auto files = checkpoint::save_sharded(parsed.positional[1], tensors, *shard_size, metadata);
+    const auto files = checkpoint::save_sharded(out, tensors, *shard_size, metadata);
     if (progress) std::cerr << "\n";
-    std::cout << parsed.positional[1] << ": wrote " << tensors.size() << " tensors in " << files.size() << " files\n";
+    std::cout << out << ": wrote " << tensors.size() << " tensors in " << files.size() << " files\n";
     return 0;
   }
-  checkpoint::save(parsed.positional[1], tensors, metadata);
+  checkpoint::save(out, tensors, metadata);
   if (progress) std::cerr << "\n";
-  std::cout << parsed.positional[1] << ": wrote " << tensors.size() << " tensors\n";
+  std::cout << out << ": wrote " << tensors.size() << " tensors\n";
   return 0;
 }
 

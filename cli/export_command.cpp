@@ -17,8 +17,10 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace torchbridge::cli {
@@ -54,10 +56,15 @@ at::Tensor first_output(torch::jit::Module& module, const std::vector<at::Tensor
 void export_torchscript(torch::jit::Module& module, const std::string& output, const std::vector<at::Tensor>& inputs) {
   const at::Tensor expected = first_output(module, inputs);
   const std::string temporary = output + ".partial";
+  // Removed on every way out but the rename (a failed save or reload left it behind).
+  const std::unique_ptr<const std::string, void (*)(const std::string*)> remove_temporary(
+      &temporary, [](const std::string* path) {
+        std::error_code ignored;
+        std::filesystem::remove(*path, ignored);
+      });
   module.save(temporary);
   torch::jit::Module reloaded = torch::jit::load(temporary);
   if (!at::equal(first_output(reloaded, inputs), expected)) {
-    std::filesystem::remove(temporary);
     throw std::runtime_error("the reloaded TorchScript module's outputs differ from the model's; nothing written");
   }
   std::filesystem::rename(temporary, output);
@@ -102,8 +109,11 @@ int run_export(const std::vector<std::string>& args) {
     throw UsageError("--input-shape is not used by --format safetensors (it writes tensors, running nothing); "
                      "it sets the sample input of the other formats");
   }
-  const auto parent = std::filesystem::absolute(output).parent_path();
-  if (!std::filesystem::is_directory(parent)) throw UsageError("--output: directory '" + parent.string() + "' does not exist");
+  check_output_file(output, "--output");
+  std::error_code no_file;
+  if (std::filesystem::equivalent(*parsed.option("--model"), output, no_file)) {
+    throw UsageError("--output '" + output + "' is the --model file itself; write the export to another path");
+  }
   ModelArgument model = load_model_argument(*parsed.option("--model"));
   if (format == "safetensors") {
     export_safetensors(model.module, output, model.label);

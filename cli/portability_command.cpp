@@ -58,7 +58,7 @@ on every other backend (available accelerators, the CPU, and the emulated device
 that every copy computes the same outputs, and validate the model on all of them against the
 CPU in float64. Exit 0 only when training reduced the loss and every check passed.
 
-  --steps N     training steps (default 300)
+  --steps N     training steps, 20 or more (default 300)
   --output DIR  where the checkpoint goes (default: a new directory under $TMPDIR or /tmp)
   --checkpointing  train through activation checkpointing (each step's forward pass is one
                 checkpointed region, recomputed in backward), and validate the same way
@@ -78,7 +78,9 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 int parse_steps(const std::string* text) {
-  return text ? static_cast<int>(parse_integer(*text, "--steps", 10, 100000)) : 300;
+  // The loss must fall from the mean of the first 10 steps to the mean of the last 10: with fewer
+  // than 20 steps the two windows overlap, and with 10 they are the same steps and it never can.
+  return text ? static_cast<int>(parse_integer(*text, "--steps", 20, 100000)) : 300;
 }
 
 std::string make_output_directory(const std::string* requested) {
@@ -249,6 +251,7 @@ void print_report(const nlohmann::json& r) {
             << " Adam steps" << (t.value("checkpointing", false) ? " through activation checkpointing" : "") << " in "
             << fixed(t["seconds"], 2) << " s\n  loss " << scientific(t["first_loss"]) << " -> "
             << scientific(t["last_loss"]) << " (mean of the first and last 10 steps)\n";
+  if (t["last_loss"].get<double>() >= t["first_loss"].get<double>()) std::cout << "  FAILED the loss did not fall\n";
   const auto& c = r["checkpoint"];
   std::cout << "\n== Portable checkpoint\n  " << c["path"].get<std::string>() << "\n  "
             << format_bytes(c["bytes"].get<int64_t>()) << ", saved in " << fixed(c["save_seconds"].get<double>() * 1000, 1)

@@ -154,7 +154,10 @@ TrainOptions parse_train_options(const ParsedArguments& parsed) {
   if (const auto* text = parsed.option("--timeout-seconds")) {
     options.timeout_seconds = parse_integer(*text, "--timeout-seconds", 1, 86'400);
   }
-  if (const auto* text = parsed.option("--save")) options.save = *text;
+  if (const auto* text = parsed.option("--save")) {
+    check_output_file(*text, "--save");  // now, not after the whole run has trained
+    options.save = *text;
+  }
   if (const auto* text = parsed.option("--resume")) options.resume = *text;
   options.json = parsed.has("--json");
   if (splits_the_model(options.mode)) {

@@ -6,9 +6,15 @@
 #include <nlohmann/json.hpp>
 #include <torchbridge/parse_integer.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -47,6 +53,86 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   AtomicFile file(path);
   file.write(text.data(), text.size());
   file.commit();
+}
+
+bool all_digits(const std::string& text, size_t begin, size_t count) {
+  for (size_t i = begin; i < begin + count; ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(text[i]))) return false;
+  }
+  return true;
+}
+
+// The files a checkpoint named `prefix` may consist of: PREFIX.safetensors, its index, and shards
+// PREFIX-NNNNN-of-NNNNN.safetensors of any count (as transformers' save_pretrained, which also
+// clears these before it writes).
+bool belongs_to_checkpoint(const std::string& file, const std::string& prefix) {
+  if (file == prefix + ".safetensors" || file == prefix + kIndexSuffix) return true;
+  const std::string middle = "-of-", suffix = ".safetensors";
+  const size_t at = prefix.size();
+  return file.size() == at + 1 + 5 + middle.size() + 5 + suffix.size() && file.compare(0, at, prefix) == 0 &&
+         file[at] == '-' && all_digits(file, at + 1, 5) && file.compare(at + 6, middle.size(), middle) == 0 &&
+         all_digits(file, at + 10, 5) && file.compare(at + 15, suffix.size(), suffix) == 0;
+}
+
+void fsync_directory(const std::string& directory) {
+  const int dir = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  TORCH_CHECK(dir >= 0, directory, ": cannot open the directory to fsync it: ", std::strerror(errno));
+  const bool synced = ::fsync(dir) == 0;
+  const int sync_error = errno;
+  ::close(dir);
+  TORCH_CHECK(synced, directory, ": fsync of the directory failed: ", std::strerror(sync_error));
+}
+
+// A directory beside the checkpoint's files where its new files are written; removed with
+// whatever it still holds when the write fails.
+class StagingDirectory {
+ public:
+  explicit StagingDirectory(const std::string& directory) {
+    std::string pattern = directory + "/.torchbridge-staging-XXXXXX";
+    TORCH_CHECK(::mkdtemp(pattern.data()) != nullptr, directory, ": cannot create a staging directory: ",
+                std::strerror(errno));
+    path_ = pattern;
+  }
+  ~StagingDirectory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  StagingDirectory(const StagingDirectory&) = delete;
+  StagingDirectory& operator=(const StagingDirectory&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Moves the staged files (the index, if any, last) over the directory's checkpoint and removes
+// what is left of an earlier checkpoint of the same name. The old index goes first: until the new
+// one is in place, a reader finds no index rather than one naming shards being replaced.
+void publish(const StagingDirectory& staging, const std::string& directory, const std::vector<std::string>& files,
+             const std::string& prefix) {
+  std::set<std::string> earlier;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    if (belongs_to_checkpoint(name, prefix)) earlier.insert(name);
+  }
+  TORCH_CHECK(!error, directory, ": cannot list the directory: ", error.message());
+  const std::string index = prefix + kIndexSuffix;
+  if (earlier.count(index) > 0) {
+    TORCH_CHECK(::unlink((directory + "/" + index).c_str()) == 0 || errno == ENOENT, directory, "/", index,
+                ": cannot remove the earlier index: ", std::strerror(errno));
+  }
+  for (const std::string& file : files) {
+    TORCH_CHECK(::rename((staging.path() + "/" + file).c_str(), (directory + "/" + file).c_str()) == 0, directory,
+                "/", file, ": cannot move the written file into place: ", std::strerror(errno));
+    earlier.erase(file);
+  }
+  for (const std::string& stale : earlier) {
+    std::filesystem::remove(directory + "/" + stale, error);
+    TORCH_CHECK(!error, directory, "/", stale, ": cannot remove this file of the earlier checkpoint: ",
+                error.message());
+  }
+  fsync_directory(directory);
 }
 
 }  // namespace
@@ -101,9 +187,12 @@ Checkpoint Checkpoint::open(const std::string& path) {
   for (const auto& [name, file] : index["weight_map"].items()) {
     TORCH_CHECK_VALUE(file.is_string(), target, ": weight_map entry for '", name, "' must be a file name");
     const std::string shard = file.get<std::string>();
-    TORCH_CHECK_VALUE(shard.find('/') == std::string::npos, target, ": shard '", shard, "' must be a plain file name");
+    TORCH_CHECK_VALUE(shard.find('/') == std::string::npos && !shard.empty() && shard != "." && shard != "..",
+                      target, ": shard '", shard, "' must be a plain file name");
     shard_numbers.emplace(shard, 0);
   }
+  // Nothing to read from: every later step (metadata, the first shard) needs one.
+  TORCH_CHECK_VALUE(!shard_numbers.empty(), target, ": the index's weight_map maps no tensors");
   for (auto& [shard, number] : shard_numbers) {
     number = checkpoint.shards_.size();
     checkpoint.shards_.push_back(SafetensorsFile::open(directory + "/" + shard));
@@ -161,21 +250,31 @@ std::vector<std::string> save_sharded(const std::string& directory,
     current += bytes;
     total += bytes;
   }
+  for (const auto& [name, tensor] : tensors) {  // named here, not in a staged file's name
+    TORCH_CHECK_VALUE(!tensor.defined() || holds_dtype(tensor.scalar_type()), directory, ": tensor '", name,
+                      "' has dtype ", c10::toString(tensor.scalar_type()), ", which safetensors cannot hold");
+  }
+  // Every file is written in a staging directory first, so a failure (a tensor safetensors cannot
+  // hold, a full disk) leaves the directory as it was: writing shards in place left a mix of new
+  // and old shards that the old index called valid.
+  const StagingDirectory staging(directory);
   std::vector<std::string> written;
   if (groups.size() == 1) {
-    save(directory + "/" + prefix + ".safetensors", groups.front(), metadata);
-    return {prefix + ".safetensors"};
+    written.push_back(prefix + ".safetensors");
+    save(staging.path() + "/" + written.back(), groups.front(), metadata);
+  } else {
+    nlohmann::json weight_map = nlohmann::json::object();
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const std::string name = shard_name(prefix, i + 1, groups.size());
+      save(staging.path() + "/" + name, groups[i], metadata);
+      for (const auto& entry : groups[i]) weight_map[entry.first] = name;
+      written.push_back(name);
+    }
+    const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    write_text_atomically(staging.path() + "/" + prefix + kIndexSuffix, index.dump(2));
+    written.push_back(prefix + kIndexSuffix);
   }
-  nlohmann::json weight_map = nlohmann::json::object();
-  for (size_t i = 0; i < groups.size(); ++i) {
-    const std::string name = shard_name(prefix, i + 1, groups.size());
-    save(directory + "/" + name, groups[i], metadata);
-    for (const auto& entry : groups[i]) weight_map[entry.first] = name;
-    written.push_back(name);
-  }
-  const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  write_text_atomically(directory + "/" + prefix + kIndexSuffix, index.dump(2));
-  written.push_back(prefix + kIndexSuffix);
+  publish(staging, directory, written, prefix);
   return written;
 }
 

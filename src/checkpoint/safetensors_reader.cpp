@@ -30,13 +30,19 @@ struct SafetensorsFile::Mapping {
 };
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below as no file).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   TORCH_CHECK_VALUE(fd >= 0, path, ": cannot open: ", std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     const int error = errno;
     ::close(fd);
     TORCH_CHECK_VALUE(false, path, ": cannot stat: ", std::strerror(error));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    TORCH_CHECK_VALUE(false, path, S_ISDIR(st.st_mode) ? ": is a directory" : ": is not a regular file",
+                      ", expected a .safetensors file");
   }
   const auto size = static_cast<uint64_t>(st.st_size);
   if (size < 8) {

@@ -30,7 +30,8 @@ void save(const std::string& path, const std::vector<std::pair<std::string, at::
     TORCH_CHECK_VALUE(!name.empty() && name != "__metadata__", path, ": invalid tensor name '", name, "'");
     TORCH_CHECK_VALUE(names.insert(name).second, path, ": tensor name '", name, "' is given twice");
     TORCH_CHECK_VALUE(tensor.defined(), path, ": tensor '", name, "' is undefined");
-    safetensors_dtype_name(tensor.scalar_type());  // raises for dtypes the format cannot hold
+    TORCH_CHECK_VALUE(holds_dtype(tensor.scalar_type()), path, ": tensor '", name, "' has dtype ",
+                      c10::toString(tensor.scalar_type()), ", which safetensors cannot hold");
     // Shared storage is refused rather than silently duplicated or dropped: the caller decides.
     if (tensor.has_storage() && tensor.storage().nbytes() > 0) {
       const auto [it, fresh] = owners.emplace(tensor.storage().unsafeGetStorageImpl(), name);

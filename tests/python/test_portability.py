@@ -64,7 +64,7 @@ def test_a_failing_child_fails_the_run_and_says_why(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--steps", "5"], "--steps '5' is not a whole number from 10 to 100000"),
+    (["--steps", "5"], "--steps '5' is not a whole number from 20 to 100000"),
     (["--backends", "emu"], "belong to --check-checkpoint"),
     (["--check-checkpoint", "x.safetensors"], "needs --reference-outputs FILE and --backends LIST"),
 ])

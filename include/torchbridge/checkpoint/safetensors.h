@@ -18,6 +18,7 @@ namespace torchbridge::checkpoint {
 // The dtypes torch and safetensors share, by their safetensors names.
 c10::ScalarType dtype_from_safetensors(const std::string& name);  // raises for unknown names
 std::string safetensors_dtype_name(c10::ScalarType dtype);         // raises for unsupported dtypes
+bool holds_dtype(c10::ScalarType dtype);  // whether safetensors has a name for it
 
 struct TensorRecord {
   std::string name;
