@@ -30,11 +30,48 @@ def save(path: str, tensors: "dict[str, torch.Tensor]", metadata: "dict[str, str
          max_shard_size: "int | str | None" = None) -> "list[str]":
     """Writes `tensors` atomically; with `max_shard_size` (bytes or e.g. "500MB"), `path` is a
     directory of Hugging Face shards plus index. Tensors sharing storage are refused."""
-    limit = 0 if max_shard_size is None else (
-        _C.parse_size(max_shard_size) if isinstance(max_shard_size, str) else int(max_shard_size))
-    items = [(name, to_dlpack(t.detach().cpu().contiguous())) for name, t in tensors.items()]
+    _check_arguments(tensors, metadata)
+    limit = _shard_limit(max_shard_size)
     _check_shared_storage(tensors)
+    # A conjugate or negative view (z.conj(), x._neg_view()) is its storage plus a bit that DLPack
+    # cannot carry: resolved here, the file holds the values the tensor has.
+    items = [(name, to_dlpack(t.detach().cpu().resolve_conj().resolve_neg().contiguous()))
+             for name, t in tensors.items()]
     return list(_C.checkpoint_save(str(path), items, dict(metadata or {}), limit))
+
+
+def _check_arguments(tensors, metadata) -> None:
+    if not isinstance(tensors, dict):
+        raise TypeError(f"tensors must be a dict of str to torch.Tensor, got {type(tensors).__name__}")
+    for name, t in tensors.items():
+        if not isinstance(name, str):
+            raise TypeError(f"tensor names must be str, got {name!r} ({type(name).__name__})")
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"tensors[{name!r}] must be a torch.Tensor, got {type(t).__name__}")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be None or a dict of str to str, got {type(metadata).__name__}")
+    for key, value in (metadata or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"metadata must map str to str (safetensors metadata is strings), got {key!r}: {value!r}")
+
+
+def _shard_limit(max_shard_size) -> int:
+    """Bytes per shard; 0 (one unsharded file) for None only."""
+    if max_shard_size is None:
+        return 0
+    if isinstance(max_shard_size, str):
+        try:
+            return _C.parse_size(max_shard_size)
+        except ValueError as error:
+            raise ValueError(f"max_shard_size: {error}") from None
+    if isinstance(max_shard_size, bool) or not isinstance(max_shard_size, int):
+        raise TypeError(f"max_shard_size must be None (one file), a number of bytes (int) or a size such as "
+                        f"'500MB', got {max_shard_size!r}")
+    if max_shard_size <= 0:  # as parse_size refuses "0"
+        raise ValueError(f"max_shard_size: invalid size {max_shard_size}: must be positive (None writes one file)")
+    if max_shard_size >= 2**64:
+        raise ValueError(f"max_shard_size: invalid size {max_shard_size}: more than 2^64 bytes")
+    return max_shard_size
 
 
 def _check_shared_storage(tensors):

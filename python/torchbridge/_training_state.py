@@ -122,10 +122,11 @@ def load_training_state(path, model: torch.nn.Module, optimizer: "torch.optim.Op
     has, and returns the progress.
 
     ``device_map``: None (tensors stay on the devices the model has them on), a dict of module-name
-    prefix -> device (longest prefix wins, "" matches all), "auto" or "auto:<backend>" (top-level
-    modules spread over the backend's devices by free memory). ``dtype_policy``: "keep",
-    "cast:<dtype>" or "convert_unsupported". ``strict=False`` skips model names only one side has
-    (listed in the result); shapes and the optimizer must match regardless.
+    prefix -> device (longest prefix wins, "" matches all; a prefix that matches no module or tensor
+    is an error), "auto" or "auto:<backend>" (top-level modules spread over the backend's devices by
+    free memory). ``dtype_policy``: "keep", "cast:<dtype>" or "convert_unsupported". ``strict=False``
+    skips model names only one side has (listed in the result); shapes and the optimizer must match
+    regardless.
 
     A scheduler or scaler given must have been saved (a disabled scaler loads nothing, as in
     torch). Everything is checked, and every tensor is read, converted and placed, before the
@@ -186,6 +187,7 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
 
     loaded = [name for name in model_state if name in saved_names]
     device_map = _placement.parse_device_map(device_map, [(n, model_state[n].nbytes) for n in loaded])
+    _check_device_map_matches(device_map, model, model_state)
     rng = _rng_to_restore(path, saved)
     # Stage: every tensor read, converted and on its device before anything changes.
     staged = {}
@@ -256,6 +258,18 @@ def _check_model(model) -> None:
 def _check_optimizer(optimizer) -> None:
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
+
+
+def _check_device_map_matches(device_map, model: torch.nn.Module, model_state) -> None:
+    """Every device_map prefix names a module or tensor of ``model`` (matched as ``device_for``
+    matches): a mistyped one would otherwise move nothing, silently."""
+    paths = [*(name for name, _ in model.named_modules()), *model_state]  # the model itself is "", matched by ""
+    for prefix, device in device_map:
+        if not any(_placement.device_for(path, [(prefix, device)], None) is not None for path in paths):
+            top = sorted({path.split(".")[0] for path in paths if path})
+            shown = ", ".join(repr(name) for name in top[:10]) + (", ..." if len(top) > 10 else "")
+            raise ValueError(f"device_map[{prefix!r}] matches no module or tensor of the model; prefixes are "
+                             f"module paths such as {shown} (or '' for all)")
 
 
 def _named_state(model: torch.nn.Module) -> "dict[str, torch.Tensor]":

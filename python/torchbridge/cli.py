@@ -2,6 +2,7 @@
 ``build/bin/torchbridge``; ``run`` (redirection) needs Python and lives here."""
 
 import faulthandler
+import importlib.util
 import os
 import runpy
 import sys
@@ -38,7 +39,7 @@ def _run(argv: "list[str]") -> int:
         return 0 if argv else 1
     module = None
     if argv[0] == "-m":
-        if len(argv) < 2:
+        if len(argv) < 2 or not argv[1]:
             print("torchbridge: run: -m needs a module name (torchbridge run -m MODULE [ARGS...])", file=sys.stderr)
             return 1
         module, arguments = argv[1], list(argv[2:])
@@ -64,6 +65,10 @@ def _run(argv: "list[str]") -> int:
             # As `python -m`: the working directory first on sys.path, argv[0] the module's file.
             sys.argv = [module] + arguments
             sys.path.insert(0, os.getcwd())
+            unrunnable = _why_not_runnable(module)
+            if unrunnable is not None:
+                print(f"torchbridge: run: {unrunnable}", file=sys.stderr)
+                return 1
             _PROGRAM_STATE.append(runpy.run_module(module, run_name="__main__", alter_sys=True))
         else:
             sys.argv = [script] + arguments
@@ -87,6 +92,20 @@ def _run(argv: "list[str]") -> int:
         sys.stdout.flush()
         sys.stderr.flush()
     return 0
+
+
+def _why_not_runnable(module: str) -> "str | None":
+    """Why ``python -m MODULE`` would not start, in the one line it prints then, or None when it
+    finds the module. Parent packages are imported to look (as runpy does); the module is not."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as error:  # a parent package missing or failing; a relative name
+        return f"Error while finding module specification for {module!r} ({type(error).__name__}: {error})"
+    if spec is None:
+        return f"No module named {module}"
+    if spec.submodule_search_locations is not None and _why_not_runnable(module + ".__main__") is not None:
+        return f"No module named {module}.__main__; {module!r} is a package and cannot be directly executed"
+    return None
 
 
 # Formats that need torch.onnx or torch.export, so they run here: (exporter, what verified them).
@@ -135,6 +154,10 @@ def _export(argv: "list[str]") -> int:
         result = getattr(deployment, exporter_name)(model, output_path=options["--output"], sample_input=sample)
     except (ValueError, TypeError, ImportError, RuntimeError) as error:
         print(f"torchbridge: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 1
+    except OSError as error:  # writing the output (reading --model fails in torch.jit.load as a RuntimeError)
+        print(f"torchbridge: cannot write --output '{options['--output']}': {error.strerror or error}",
+              file=sys.stderr)
         return 1
     print(f"wrote {result} ({export_format}, {spec}), {verified_by}: max abs error {result.max_abs_error:.3g}")
     return 0

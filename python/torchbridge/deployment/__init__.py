@@ -7,7 +7,9 @@ through ``torch.jit.load``, ONNX through onnxruntime, safetensors through TorchB
 outputs or tensors are compared with the original model's. A mismatch raises
 :class:`ExportVerificationError`. Each function returns an :class:`ExportResult`, which is
 ``os.PathLike`` (``str(result)`` and ``open(result)`` give the written file) and carries the
-measured maximum absolute error.
+measured maximum absolute error. Programs, packages, TorchScript and ONNX files are written
+beside their target and moved over it only once verified, so a failed export leaves an earlier
+file at that path as it was.
 
 Models are exported in eval mode (dropout off, batch norm on running statistics); a model that
 was training is put back in training mode afterwards.

@@ -1,6 +1,9 @@
 """Argument checks and the run-and-compare steps every exporter shares."""
 
+import contextlib
 import os
+import shutil
+import tempfile
 
 import torch
 
@@ -90,3 +93,25 @@ def compare(expected: "list[torch.Tensor]", got: "list[torch.Tensor]", rtol: flo
                 f"(allowed: atol {atol:g} + rtol {rtol:g} * |expected|)")
         largest = max(largest, error)
     return largest
+
+
+@contextlib.contextmanager
+def replacing(path: str, sidecars: "tuple[str, ...]" = ()):
+    """A path with ``path``'s file name in a temporary directory beside it (a .pt2 archive names its
+    root folder after the file), moved over ``path`` when the body succeeds, together with the
+    files the writer put beside it named ``path`` + a suffix in ``sidecars`` (ONNX's external
+    ``.data``); the directory is removed either way, so a failure leaves ``path`` untouched."""
+    directory, name = os.path.split(os.path.abspath(path))
+    try:
+        staging = tempfile.mkdtemp(prefix="." + name + ".", suffix=".partial", dir=directory)
+    except OSError as error:  # named by the file asked for, not by the temporary directory's name
+        raise type(error)(error.errno, error.strerror, path) from error
+    try:
+        partial = os.path.join(staging, name)
+        yield partial
+        for suffix in sidecars:  # before the file that refers to them
+            if os.path.exists(partial + suffix):
+                os.replace(partial + suffix, os.path.join(directory, name + suffix))
+        os.replace(partial, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -5,11 +5,6 @@
 on the sample input; the file is written beside its target and renamed over it only then, so a
 failed export leaves no file and an existing one untouched."""
 
-import contextlib
-import os
-import shutil
-import tempfile
-
 import torch
 
 from . import _common
@@ -37,7 +32,7 @@ def export_to_exported_program(model, output_path=None, sample_input=None) -> Ex
     with _common.eval_mode(model):
         expected = _common.run_model(model, inputs)
         program = _capture(model, inputs)
-        with _replacing(path) as partial:
+        with _common.replacing(path) as partial:
             torch.export.save(program, partial)
             loaded = torch.export.load(partial)
             error = _common.compare(expected, _run(loaded.module(), inputs), 0.0, 0.0, "the exported program")
@@ -73,7 +68,7 @@ def export_to_aoti(model, output_path=None, sample_input=None, *, rtol: float = 
     with _common.eval_mode(model):
         expected = _common.run_model(model, inputs)
         program = _capture(model, inputs)
-        with _replacing(path) as partial:
+        with _common.replacing(path) as partial:
             try:
                 torch._inductor.aoti_compile_and_package(program, package_path=partial)
             except Exception as error:  # inductor's own errors (compiler missing, an op it lacks)
@@ -99,18 +94,3 @@ def _capture(model, inputs) -> "torch.export.ExportedProgram":
 def _run(program_module, inputs) -> "list[torch.Tensor]":
     with torch.no_grad():
         return _common.flatten(program_module(*inputs))
-
-
-@contextlib.contextmanager
-def _replacing(path: str):
-    """A path with ``path``'s file name in a temporary directory beside it (a .pt2 archive names its
-    root folder after the file), moved over ``path`` when the body succeeds; the directory is
-    removed either way."""
-    directory = os.path.dirname(os.path.abspath(path))
-    staging = tempfile.mkdtemp(prefix="." + os.path.basename(path) + ".", suffix=".partial", dir=directory)
-    try:
-        partial = os.path.join(staging, os.path.basename(path))
-        yield partial
-        os.replace(partial, path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)

@@ -58,13 +58,24 @@ def export_to_onnx(model, output_path=None, sample_input=None, opset_version: "i
             traced = checks[1] if inputs[0].shape[0] == 1 else inputs
             options.update(_batch_options(model, scripted, len(inputs), batched, input_names, output_names, expected))
         options = {k: v for k, v in options.items() if v is not None}
-        try:
-            torch.onnx.export(model, traced, path, dynamo=not scripted, verbose=False, **options)
-        except Exception as error:  # the exporter's own error says which operation or construct failed
-            hint = " (dynamic_batch=False exports the sample's shapes exactly)" if dynamic_batch else ""
-            raise RuntimeError(f"torch.onnx.export could not export {type(model).__name__}{hint}: {error}") from error
-    onnx.checker.check_model(path)
+        # Written beside `path` (with the external weights file the exporter puts next to it) and
+        # moved over it only once verified: a failure leaves an earlier export as it was.
+        with _common.replacing(path, sidecars=(".data",)) as partial:
+            try:
+                torch.onnx.export(model, traced, partial, dynamo=not scripted, verbose=False, **options)
+            except Exception as error:  # the exporter's own error says which operation or construct failed
+                hint = " (dynamic_batch=False exports the sample's shapes exactly)" if dynamic_batch else ""
+                raise RuntimeError(f"torch.onnx.export could not export {type(model).__name__}{hint}: "
+                                   f"{error}") from error
+            onnx.checker.check_model(partial)
+            error, sizes = _verify(ort, partial, inputs, checks, expected, batched, dynamic_batch, rtol, atol)
+    return ExportResult(path=path, format="onnx", max_abs_error=error, tolerance=(rtol, atol),
+                        dynamic_batch=dynamic_batch, verified_batch_sizes=tuple(sizes))
 
+
+def _verify(ort, path, inputs, checks, expected, batched, dynamic_batch, rtol, atol) -> "tuple[float, list[int]]":
+    """Runs the file at ``path`` in onnxruntime on every check input and compares with the model's
+    outputs: the largest absolute error, and the batch sizes checked."""
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     graph_inputs = session.get_inputs()
     if len(graph_inputs) != len(inputs):
@@ -87,8 +98,7 @@ def export_to_onnx(model, output_path=None, sample_input=None, opset_version: "i
         error = max(error, _common.compare(want, got, rtol, atol, where))
         if batch is not None:
             sizes.append(batch)
-    return ExportResult(path=path, format="onnx", max_abs_error=error, tolerance=(rtol, atol),
-                        dynamic_batch=dynamic_batch, verified_batch_sizes=tuple(sizes))
+    return error, sizes
 
 
 def _check_dynamic_batch(dynamic_batch, dynamic_axes, inputs) -> bool:

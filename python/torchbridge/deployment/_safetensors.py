@@ -29,8 +29,9 @@ def export_to_safetensors(model, output_path=None, metadata: "dict[str, str] | N
     for name, tensor in model.state_dict().items():
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"state_dict entry '{name}' is a {type(tensor).__name__}; safetensors holds tensors only")
+        # A conjugate or negative view of a tensor has its storage and layout but other values.
         identity = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.dtype,
-                    tuple(tensor.shape), tensor.stride())
+                    tuple(tensor.shape), tensor.stride(), tensor.is_conj(), tensor.is_neg())
         if tensor.numel() > 0 and identity in first_name:
             tied[name] = first_name[identity]
             continue
@@ -65,5 +66,7 @@ def _check_metadata(metadata) -> "dict[str, str]":
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
-    as_bytes = [t.detach().cpu().contiguous().reshape(-1).view(torch.uint8) for t in (a, b)]
+    # Compared by value: a conjugate or negative view's bytes are those of the tensor it views.
+    as_bytes = [t.detach().cpu().resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8)
+                for t in (a, b)]
     return torch.equal(*as_bytes)

@@ -1,11 +1,9 @@
 """TorchScript export through torch.jit, verified by loading the file back."""
 
-import os
-
 import torch
 
 from . import _common
-from ._result import ExportResult, ExportVerificationError
+from ._result import ExportResult
 
 _METHODS = ("trace", "script")
 
@@ -14,8 +12,9 @@ def export_to_torchscript(model, output_path=None, sample_input=None, method: st
     """Compiles ``model`` with ``torch.jit.trace`` (on ``sample_input``) or ``torch.jit.script``,
     saves it with ``torch.jit.save``, loads the file back and checks that its outputs on
     ``sample_input`` equal the model's exactly (TorchScript runs the same kernels). A model that
-    is already a ScriptModule is saved as it is, whatever ``method`` says. A file that fails the
-    check is removed."""
+    is already a ScriptModule is saved as it is, whatever ``method`` says. The file is written
+    beside ``output_path`` and moved over it only once it passes the check, so a failure leaves no
+    file and an existing one untouched."""
     _common.check_model(model)
     path = _common.check_output_path(output_path, "model.pt")
     inputs = _common.check_sample_input(sample_input, "check the exported module against the model")
@@ -24,14 +23,11 @@ def export_to_torchscript(model, output_path=None, sample_input=None, method: st
     with _common.eval_mode(model):
         expected = _common.run_model(model, inputs)
         compiled = model if _common.is_scripted(model) else _compile(model, inputs, method)
-        torch.jit.save(compiled, path)
-        try:
-            loaded = torch.jit.load(path, map_location=inputs[0].device)
+        with _common.replacing(path) as partial:
+            torch.jit.save(compiled, partial)
+            loaded = torch.jit.load(partial, map_location=inputs[0].device)
             got = _common.flatten(_run(loaded, inputs))
             error = _common.compare(expected, got, 0.0, 0.0, "the TorchScript file")
-        except ExportVerificationError:
-            os.remove(path)
-            raise
     return ExportResult(path=path, format="torchscript", max_abs_error=error)
 
 
