@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 #include <torchbridge/parse_integer.h>
+#include <torchbridge/remove_tree.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -94,8 +96,10 @@ class StagingDirectory {
     path_ = pattern;
   }
   ~StagingDirectory() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
+    try {
+      remove_tree(path_);
+    } catch (const std::exception&) {  // a destructor must not throw; a hidden directory is left
+    }
   }
   StagingDirectory(const StagingDirectory&) = delete;
   StagingDirectory& operator=(const StagingDirectory&) = delete;
