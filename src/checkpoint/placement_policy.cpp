@@ -29,10 +29,17 @@ bool device_holds(const c10::Device& device, c10::ScalarType dtype) {
 
 }  // namespace
 
+bool prefix_matches(const std::string& prefix, const std::string& name) {
+  // A module path, as in Python: "enc" places enc.weight, not encoder.weight ("" places all);
+  // one that ends in '.' (auto_device_map's "0.") has its separator already.
+  if (prefix.empty() || prefix.back() == '.') return name.rfind(prefix, 0) == 0;
+  return name == prefix || (name.rfind(prefix, 0) == 0 && name[prefix.size()] == '.');
+}
+
 c10::Device device_for(const std::string& name, const RestoreOptions& options, const c10::Device& current) {
   std::optional<std::pair<size_t, c10::Device>> best;
   for (const auto& [prefix, device] : options.device_map) {
-    if (name.rfind(prefix, 0) == 0 && (!best || prefix.size() > best->first)) best = {prefix.size(), device};
+    if (prefix_matches(prefix, name) && (!best || prefix.size() > best->first)) best = {prefix.size(), device};
   }
   return best ? best->second : current;
 }

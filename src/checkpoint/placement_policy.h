@@ -15,6 +15,9 @@
 namespace torchbridge::checkpoint {
 
 // The device of the longest prefix of `name` in options.device_map; `current` when none matches.
+// Whether a device-map prefix places the tensor `name`: "" places all, "enc" enc.weight and enc.x.y,
+// never encoder.weight.
+bool prefix_matches(const std::string& prefix, const std::string& name);
 c10::Device device_for(const std::string& name, const RestoreOptions& options, const c10::Device& current);
 
 // The dtype the policy gives a saved tensor bound for `device`.

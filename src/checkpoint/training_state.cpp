@@ -22,6 +22,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -154,6 +155,16 @@ StagedRestore stage(const SafetensorsFile& file, const NamedTensors& model_state
     std::vector<std::pair<std::string, int64_t>> sizes;
     for (const auto& [name, tensor] : model_state) sizes.emplace_back(name, int64_t(tensor.nbytes()));
     placement.device_map = auto_device_map(sizes, options.auto_backend);
+  }
+  // A prefix the caller gave that places nothing is a mistake (a typo moved nothing, silently).
+  for (const auto& [prefix, device] : options.device_map) {
+    const bool places_something = std::any_of(model_state.begin(), model_state.end(), [&](const auto& entry) {
+      return prefix_matches(prefix, entry.first);
+    });
+    TORCH_CHECK_VALUE(places_something, file.path(), ": device_map entry '", prefix,
+                      "' matches no parameter or buffer of the model (prefixes are module paths such as '",
+                      model_state.empty() ? std::string() : model_state.front().first.substr(0, model_state.front().first.find('.')),
+                      "', or '' for all)");
   }
   // Model: every parameter and buffer placed on its mapped device in the policy's dtype.
   std::map<void*, at::Tensor> placed_by_impl;  // for the optimizer state, which follows its parameter

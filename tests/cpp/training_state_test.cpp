@@ -105,6 +105,33 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.optimizer + "_" + info.param.save_on + "_to_" + info.param.resume_on;
     });
 
+// Device-map prefixes are module paths, as in Python and as the README says: "1" placed layer 10's
+// tensors too (a plain string prefix), and a prefix that matched nothing moved nothing, silently.
+TEST(TrainingStateDeviceMap, PrefixesAreModulePathsAndEachMustPlaceSomething) {
+  const std::string path = ::testing::TempDir() + "state_device_map.safetensors";
+  torch::manual_seed(3);
+  torch::nn::Sequential model;
+  for (int i = 0; i < 11; ++i) model->push_back(torch::nn::Linear(2, 2));  // layers "0" .. "10"
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  save_training_state(path, *model, optimizer, {});
+  const auto emu_backend = create_backend("emu");
+  const c10::Device cpu(c10::kCPU), emu = emu_backend->device(0);
+  RestoreOptions options;
+  options.device_map = {{"", cpu}, {"1", emu}};
+  load_training_state(path, *model, optimizer, options);
+  for (const auto& item : model->named_parameters()) {
+    EXPECT_EQ(item.value().device(), item.key().rfind("1.", 0) == 0 ? emu : cpu) << item.key();
+  }
+  options.device_map = {{"", cpu}, {"nothere", emu}};
+  EXPECT_NE(error_of([&] { load_training_state(path, *model, optimizer, options); })
+                .find("device_map entry 'nothere' matches no parameter or buffer of the model"),
+            std::string::npos);
+  // emu's free memory as it was: AutoSpreadsModulesOverDevicesByFreeMemory, later in this binary,
+  // expects both devices equally free.
+  model->to(cpu);
+  emu_backend->empty_cache();
+}
+
 TEST(TrainingStateErrors, MismatchesAreNamed) {
   const std::string path = ::testing::TempDir() + "state_errors.safetensors";
   auto model = make_model(1);
