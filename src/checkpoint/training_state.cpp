@@ -157,7 +157,8 @@ StagedRestore stage(const SafetensorsFile& file, const NamedTensors& model_state
     placement.device_map = auto_device_map(sizes, options.auto_backend);
   }
   // A prefix the caller gave that places nothing is a mistake (a typo moved nothing, silently).
-  for (const auto& [prefix, device] : options.device_map) {
+  for (const auto& mapped : options.device_map) {
+    const std::string& prefix = mapped.first;  // a plain reference: clang 14 cannot capture a structured binding
     const bool places_something = std::any_of(model_state.begin(), model_state.end(), [&](const auto& entry) {
       return prefix_matches(prefix, entry.first);
     });
