@@ -142,14 +142,16 @@ class LateIntoNaN(offload_activations):
         torch.accelerator.current_stream(record.device).synchronize()
         return buffer
 
+    # Device-to-device copies queued on the side stream ahead of each copy back, asynchronous to
+    # the host (emu runs compute on the host but copies on its stream workers): 4 of 4 MiB, a few ms.
+    ballast_copies, ballast_elements = 4, 1 << 20
+
     def _side_waits_for_compute(self, device):
         side = super()._side_waits_for_compute(device)
-        # Copies between device buffers are queued on the stream, asynchronous to the host (emu
-        # runs compute on the host but copies on its stream workers): ~10 ms of them per copy.
         if not hasattr(self, "_ballast"):
-            self._ballast = [torch.empty(1 << 20, device=device) for _ in range(2)]
+            self._ballast = [torch.empty(self.ballast_elements, device=device) for _ in range(2)]
         with side:
-            for _ in range(4):
+            for _ in range(self.ballast_copies):
                 self._ballast[0].copy_(self._ballast[1])
         return side
 
@@ -172,13 +174,24 @@ def test_without_the_wait_for_the_copy_back_the_gradients_are_wrong():
         pytest.skip("emu was loaded by another test file in this process, without the artificial latency")
 
     class NoWait(LateIntoNaN):
+        # The control must lose the race on any machine: on a 16-core H200 host, 4 copies of 4 MiB
+        # ahead of each copy back were not enough (the copy landed before backward read it, 3 of 3
+        # times). 16 copies of 16 MiB are about 0.15 s of side-stream work per copy back here (2
+        # cores), while this backward pass takes about 30 ms.
+        ballast_copies, ballast_elements = 16, 1 << 22
+
         def _compute_waits_for(self, record):
-            pass
+            self.copies_back.append(record.arrived)  # not waited for: only counted, for the message
 
     import contextlib
     model = make_model(EMU)
     x = torch.randn(32, 64, device=EMU, requires_grad=True)
     expected = train_step(model, x, contextlib.nullcontext())
     for attempt in range(3):
-        actual = train_step(model, x, NoWait(min_bytes=1024))
-        assert not all(torch.equal(e, a) for e, a in zip(expected[1], actual[1])), f"attempt {attempt}"
+        context = NoWait(min_bytes=1024)
+        context.copies_back = []
+        actual = train_step(model, x, context)
+        landed = sum(event.query() for event in context.copies_back)
+        assert not all(torch.equal(e, a) for e, a in zip(expected[1], actual[1])), \
+            f"attempt {attempt}: right gradients without the wait; {landed} of {len(context.copies_back)} copies " \
+            "back had landed when backward ended"
