@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -52,45 +53,46 @@ bool is_generator_type(const c10::TypePtr& type) {
   return false;
 }
 
-c10::DeviceIndex device_of_arguments(const torch::jit::Stack& stack, size_t first, size_t count) {
-  for (size_t i = first; i < first + count; ++i) {
-    const c10::IValue& value = stack[i];
-    if (value.isTensor() && value.toTensor().device().type() == c10::DeviceType::PrivateUse1) {
-      return value.toTensor().device().index();
-    }
-  }
-  return -1;  // the current device
-}
+// Where a call is on the SDK device: `named` when a tensor (alone or in a list) or a device=
+// argument puts it there, with that device's index (-1: the current device, for a device= without
+// one). A call that reaches the fallback without one got here through its generator alone
+// (torch.randn(2, generator=<emu generator>) makes a CPU tensor).
+struct SdkPlacement {
+  bool named = false;
+  c10::DeviceIndex index = -1;
+};
 
-// Whether a tensor or a device= argument puts the call on the SDK device. A call that reaches the
-// fallback without one got here through its generator alone (torch.randn(2, generator=<emu
-// generator>) makes a CPU tensor).
-bool names_the_device(const torch::jit::Stack& stack, size_t first, size_t count) {
+SdkPlacement placement_of(const torch::jit::Stack& stack, size_t first, size_t count) {
   const auto on_device = [](const at::Tensor& t) {
     return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
   };
   for (size_t i = first; i < first + count; ++i) {
     const c10::IValue& value = stack[i];
-    if (value.isTensor() && on_device(value.toTensor())) return true;
-    if (value.isDevice() && value.toDevice().type() == c10::DeviceType::PrivateUse1) return true;
+    if (value.isTensor() && on_device(value.toTensor())) return {true, value.toTensor().device().index()};
+    if (value.isDevice() && value.toDevice().type() == c10::DeviceType::PrivateUse1) {
+      return {true, value.toDevice().has_index() ? value.toDevice().index() : c10::DeviceIndex(-1)};
+    }
     if (value.isTensorList()) {
-      for (const at::Tensor& t : value.toTensorList().vec()) {
-        if (on_device(t)) return true;
+      const auto list = value.toTensorList();
+      for (size_t k = 0; k < list.size(); ++k) {
+        const at::Tensor t = list.get(k);
+        if (on_device(t)) return {true, t.device().index()};
       }
     }
   }
-  return false;
+  return {};
 }
 
 void substitute_generators(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& arguments = op.schema().arguments();
   const size_t first = stack->size() - arguments.size();
-  const bool on_device = names_the_device(*stack, first, arguments.size());
+  std::optional<SdkPlacement> placement;  // found at the first generator argument: most operators take none
   for (size_t i = 0; i < arguments.size(); ++i) {
     if (!is_generator_type(arguments[i].type())) continue;
+    if (!placement) placement = placement_of(*stack, first, arguments.size());
     c10::IValue& value = (*stack)[first + i];
     if (value.isNone()) {
-      value = c10::IValue(cpu_generator_of(default_generator(device_of_arguments(*stack, first, arguments.size()))));
+      value = c10::IValue(cpu_generator_of(default_generator(placement->index)));
     } else if (value.isGenerator()) {
       // As on every torch device: a generator of another device type draws no numbers here (CUDA
       // kernels refuse a CPU generator the same way).
@@ -99,7 +101,7 @@ void substitute_generators(const c10::OperatorHandle& op, torch::jit::Stack* sta
       TORCH_CHECK(device.type() == c10::DeviceType::PrivateUse1, "Expected a '", runtime().name(),
                   "' device type for generator but found '", device.type(), "' (operator ",
                   c10::toString(op.operator_name()), ")");
-      TORCH_CHECK(on_device, "Expected a 'cpu' device type for generator but found '", runtime().name(),
+      TORCH_CHECK(placement->named, "Expected a 'cpu' device type for generator but found '", runtime().name(),
                   "' (operator ", c10::toString(op.operator_name()), " on CPU tensors)");
       value = c10::IValue(cpu_generator_of(value.toGenerator()));
     }
@@ -112,17 +114,43 @@ void check_not_strict(const c10::OperatorName& op) {
                               kStrictWayOut);
 }
 
-// Like every torch device: an operator's tensors must live on one device; 0-dim CPU tensors count
-// as scalars. Without this check the fallback would quietly compute across devices.
+// The first two devices among `tensors` that differ, if any, by torch's rule (see fallback.h).
+class DeviceAgreement {
+ public:
+  // False when `t` is on another device than the tensors before it.
+  bool admit(const at::Tensor& t) {
+    if (!t.defined() || (t.is_cpu() && t.dim() == 0)) return true;
+    if (!first_) first_ = t.device();
+    if (*first_ == t.device()) return true;
+    second_ = t.device();
+    return false;
+  }
+  [[noreturn]] void refuse(std::string_view op) const {
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", *first_,
+                " and ", *second_, "! (operator ", op, ")");
+  }
+
+ private:
+  std::optional<c10::Device> first_, second_;
+};
+
+// The rule for the boxed fallback, on every call: the arguments are read in place on the stack,
+// and the operator's name is formatted only for the error.
 void check_one_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const size_t count = op.schema().arguments().size();
-  std::vector<at::Tensor> tensors;
+  DeviceAgreement devices;
+  const auto refuse = [&] { devices.refuse(c10::toString(op.operator_name())); };
   for (size_t i = stack.size() - count; i < stack.size(); ++i) {
     const c10::IValue& value = stack[i];
-    if (value.isTensor()) tensors.push_back(value.toTensor());
-    else if (value.isTensorList()) for (const at::Tensor& t : value.toTensorList().vec()) tensors.push_back(t);
+    if (value.isTensor()) {
+      if (!devices.admit(value.toTensor())) refuse();
+    } else if (value.isTensorList()) {
+      const auto list = value.toTensorList();
+      for (size_t k = 0; k < list.size(); ++k) {
+        if (!devices.admit(list.get(k))) refuse();
+      }
+    }
   }
-  check_tensors_on_one_device(c10::toString(op.operator_name()), tensors);
 }
 
 void count_run(const c10::OperatorName& name) {
@@ -147,13 +175,10 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 void boxed_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { fallback(op, stack); }
 
-void check_tensors_on_one_device(const std::string& op, c10::ArrayRef<at::Tensor> tensors) {
-  std::optional<c10::Device> seen;
+void check_tensors_on_one_device(std::string_view op, c10::ArrayRef<at::Tensor> tensors) {
+  DeviceAgreement devices;
   for (const at::Tensor& t : tensors) {
-    if (!t.defined() || (t.is_cpu() && t.dim() == 0)) continue;
-    if (!seen) seen = t.device();
-    TORCH_CHECK(*seen == t.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
-                *seen, " and ", t.device(), "! (operator ", op, ")");
+    if (!devices.admit(t)) devices.refuse(op);
   }
 }
 
