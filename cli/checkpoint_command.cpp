@@ -177,7 +177,10 @@ int convert(const std::vector<std::string>& args) {
   if (shard_size) {
     const auto files = checkpoint::save_sharded(out, tensors, *shard_size, metadata);
     if (progress) std::cerr << "\n";
-    std::cout << out << ": wrote " << tensors.size() << " tensors in " << files.size() << " files\n";
+    // A single shard is model.safetensors alone; more come with the index, named after them.
+    const size_t shards = files.size() == 1 ? 1 : files.size() - 1;
+    std::cout << out << ": wrote " << tensors.size() << " tensors in " << shards << (shards == 1 ? " shard" : " shards")
+              << (files.size() > 1 ? " and " + files.back() : std::string()) << "\n";
     return 0;
   }
   checkpoint::save(out, tensors, metadata);

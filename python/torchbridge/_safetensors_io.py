@@ -2,25 +2,37 @@
 exports). A module of its own so that ``_training_state`` can use them without importing
 ``checkpoint``, which imports it."""
 
+import os
+
 import torch
 from torch.utils.dlpack import from_dlpack, to_dlpack
 
 from . import _C
 
 
+def check_path(path) -> str:
+    """``path`` as a str; anything but a str or os.PathLike (None would name a file "None") is refused."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    path = os.fspath(path)
+    if not isinstance(path, str):  # a PathLike of bytes
+        raise TypeError(f"path must be a str or os.PathLike of str, got {path!r}")
+    return path
+
+
 def names(path: str) -> "list[str]":
     """Tensor names in a file, index or directory, without reading tensor data."""
-    return list(_C.checkpoint_names(str(path)))
+    return list(_C.checkpoint_names(check_path(path)))
 
 
 def metadata(path: str) -> "dict[str, str]":
-    return dict(_C.checkpoint_metadata(str(path)))
+    return dict(_C.checkpoint_metadata(check_path(path)))
 
 
 def load(path: str, names: "list[str] | None" = None, device="cpu") -> "dict[str, torch.Tensor]":
     """Loads `names` (all when None) onto `device`. On the CPU, tensors alias the file's private
     mapping when aligned (writes never reach the file)."""
-    capsules = _C.checkpoint_load(str(path), list(names or []))
+    capsules = _C.checkpoint_load(check_path(path), list(names or []))
     device = torch.device(device)
     loaded = {name: from_dlpack(capsule) for name, capsule in capsules.items()}
     return loaded if device.type == "cpu" else {name: t.to(device) for name, t in loaded.items()}
@@ -30,6 +42,7 @@ def save(path: str, tensors: "dict[str, torch.Tensor]", metadata: "dict[str, str
          max_shard_size: "int | str | None" = None) -> "list[str]":
     """Writes `tensors` atomically; with `max_shard_size` (bytes or e.g. "500MB"), `path` is a
     directory of Hugging Face shards plus index. Tensors sharing storage are refused."""
+    path = check_path(path)
     _check_arguments(tensors, metadata)
     limit = _shard_limit(max_shard_size)
     _check_shared_storage(tensors)
@@ -37,7 +50,7 @@ def save(path: str, tensors: "dict[str, torch.Tensor]", metadata: "dict[str, str
     # cannot carry: resolved here, the file holds the values the tensor has.
     items = [(name, to_dlpack(t.detach().cpu().resolve_conj().resolve_neg().contiguous()))
              for name, t in tensors.items()]
-    return list(_C.checkpoint_save(str(path), items, dict(metadata or {}), limit))
+    return list(_C.checkpoint_save(path, items, dict(metadata or {}), limit))
 
 
 def _check_arguments(tensors, metadata) -> None:

@@ -11,7 +11,6 @@ see _training_extras). The file is written by the C++ writer (atomic replacement
 import dataclasses
 import functools
 import json
-import os
 import warnings
 
 import torch
@@ -66,7 +65,7 @@ def save_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer |
 
 
 def _save(path, model, optimizer, scheduler, scaler, step, epoch, metadata) -> str:
-    path = _check_path(path)
+    path = _files.check_path(path)
     _check_model(model)
     _check_optimizer(optimizer)
     _extras.check_scheduler(scheduler, optimizer)
@@ -142,7 +141,7 @@ def load_state(path, model: torch.nn.Module, optimizer: "torch.optim.Optimizer |
 
 
 def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, strict) -> TrainingProgress:
-    path = _check_path(path)
+    path = _files.check_path(path)
     _check_model(model)
     _check_optimizer(optimizer)
     _extras.check_scheduler(scheduler, optimizer)
@@ -239,12 +238,6 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
 
 
 # ---- helpers --------------------------------------------------------------------------------------
-def _check_path(path) -> str:
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-    return os.fspath(path)
-
-
 def _check_model(model) -> None:
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")

@@ -4,13 +4,13 @@
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
-#include <torchbridge/parse_integer.h>
 #include <torchbridge/remove_tree.h>
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <charconv>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -145,7 +145,10 @@ uint64_t parse_size(const std::string& text) {
   size_t digits = 0;
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
   TORCH_CHECK_VALUE(digits > 0, "invalid size '", text, "': expected a number with an optional unit such as 500MB or 2GiB");
-  const uint64_t number = parse_unsigned(std::string_view(text).substr(0, digits), "size");
+  // Digits only, so the one way to fail is a number past 2^64.
+  uint64_t number = 0;
+  const auto parsed = std::from_chars(text.data(), text.data() + digits, number);
+  TORCH_CHECK_VALUE(parsed.ec == std::errc(), "invalid size '", text, "': more than 2^64 bytes");
   const std::string unit = text.substr(digits);
   const std::pair<const char*, uint64_t> units[] = {{"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000'000},
                                                      {"GB", 1000'000'000}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20},

@@ -92,6 +92,18 @@ def test_save_refuses_bad_arguments_by_name_and_writes_nothing(tmp_path, tensors
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("path", [None, 3, b"bytes.safetensors"])
+def test_every_checkpoint_function_refuses_a_path_that_is_not_one(tmp_path, monkeypatch, path):
+    # str(None) named a file "None" in the working directory: save wrote it, load read it.
+    monkeypatch.chdir(tmp_path)
+    for call in (lambda: checkpoint.save(path, {"a": torch.ones(1)}), lambda: checkpoint.load(path),
+                 lambda: checkpoint.names(path), lambda: checkpoint.metadata(path),
+                 lambda: checkpoint.save_training_state(path, torch.nn.Linear(1, 1))):
+        with pytest.raises(TypeError, match=f"path must be a str or os.PathLike, got {type(path).__name__}"):
+            call()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_save_takes_a_size_in_bytes_as_an_int_like_the_same_size_as_a_string(tmp_path):
     tensors = {f"w{i}": torch.randn(32, 32) for i in range(4)}  # 4096 bytes each
     as_int = checkpoint.save(tmp_path / "int", tensors, max_shard_size=9000)
