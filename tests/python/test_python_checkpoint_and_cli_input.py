@@ -164,6 +164,22 @@ def test_a_failed_onnx_export_leaves_the_earlier_file_and_no_partial_file(tmp_pa
         torch.testing.assert_close(torch.from_numpy(got), earlier_model(x), rtol=1e-4, atol=1e-5)
 
 
+def test_an_export_without_external_weights_removes_the_earlier_exports_weights(tmp_path):
+    # An eager model's export keeps its weights in m.onnx.data; a TorchScript model's (torch's
+    # older exporter) holds them inline. The earlier .data stayed beside the new file, stale.
+    from torchbridge.validation import builtin_model
+    x = torch.randn(16, 32)
+    export_to_onnx(torch.nn.Linear(32, 10), output_path=tmp_path / "m.onnx", sample_input=x)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]
+    model = builtin_model("mlp")
+    export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    session = onnxruntime.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        torch.testing.assert_close(torch.from_numpy(got), model(x), rtol=1e-4, atol=1e-5)
+
+
 def test_a_failed_torchscript_export_leaves_the_earlier_file(tmp_path):
     class Noisy(torch.nn.Module):
         def forward(self, x):

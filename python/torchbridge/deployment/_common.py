@@ -100,7 +100,9 @@ def replacing(path: str, sidecars: "tuple[str, ...]" = ()):
     """A path with ``path``'s file name in a temporary directory beside it (a .pt2 archive names its
     root folder after the file), moved over ``path`` when the body succeeds, together with the
     files the writer put beside it named ``path`` + a suffix in ``sidecars`` (ONNX's external
-    ``.data``); the directory is removed either way, so a failure leaves ``path`` untouched."""
+    ``.data``); a sidecar this write did not make is removed, as an earlier export's would be
+    stale beside the new file. The directory is removed either way, so a failure leaves ``path``
+    untouched."""
     directory, name = os.path.split(os.path.abspath(path))
     try:
         staging = tempfile.mkdtemp(prefix="." + name + ".", suffix=".partial", dir=directory)
@@ -109,9 +111,12 @@ def replacing(path: str, sidecars: "tuple[str, ...]" = ()):
     try:
         partial = os.path.join(staging, name)
         yield partial
-        for suffix in sidecars:  # before the file that refers to them
-            if os.path.exists(partial + suffix):
-                os.replace(partial + suffix, os.path.join(directory, name + suffix))
+        written = [suffix for suffix in sidecars if os.path.exists(partial + suffix)]
+        for suffix in written:  # before the file that refers to them
+            os.replace(partial + suffix, os.path.join(directory, name + suffix))
         os.replace(partial, path)
+        for suffix in set(sidecars) - set(written):  # after it: the new file does not refer to them
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(directory, name + suffix))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
