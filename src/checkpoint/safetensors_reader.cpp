@@ -62,6 +62,15 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   const auto* bytes = static_cast<const uint8_t*>(address);
   uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | bytes[i];  // little-endian
+  if (header_bytes > kMaxHeaderBytes || 8 + header_bytes > size || header_bytes == 0 || bytes[8] != '{') {
+    // Not a safetensors header: the files most often mistaken for one are named (their first
+    // bytes read as a length of petabytes otherwise).
+    TORCH_CHECK_VALUE(std::memcmp(bytes, "PK\x03\x04", 4) != 0, path,
+                      ": is a zip archive (torch.save's format), not a safetensors file; torch.load reads it, and "
+                      "`torchbridge checkpoint convert` turns it into safetensors");
+    TORCH_CHECK_VALUE(!(bytes[0] == 0x80 && bytes[1] >= 2 && bytes[1] <= 5), path,
+                      ": is a Python pickle (torch.save's legacy format), not a safetensors file");
+  }
   TORCH_CHECK_VALUE(header_bytes <= kMaxHeaderBytes, path, ": header length ", header_bytes,
                     " exceeds the format's limit of ", kMaxHeaderBytes, " bytes");
   TORCH_CHECK_VALUE(8 + header_bytes <= size, path, ": header length ", header_bytes, " runs past the end of the ",

@@ -194,3 +194,16 @@ def test_outputs_that_cannot_be_written_are_refused_before_any_work(tmp_path):
     over_itself = tb("export", "--model", model, "--format", "torchscript", "--output", model)
     assert over_itself.returncode != 0 and "is the --model file itself" in over_itself.stderr
     assert model.read_bytes() == original
+
+
+@pytest.mark.parametrize("zip_format", [True, False])
+def test_a_torch_save_file_is_named_as_one_not_as_a_header_of_petabytes(tmp_path, zip_format):
+    # Its first bytes read as "header length 578712552184433488 exceeds the format's limit".
+    path = tmp_path / "weights.safetensors"  # the name users give it by mistake
+    torch.save({"w": torch.ones(3)}, path, _use_new_zipfile_serialization=zip_format)
+    for command in ("inspect", "verify"):
+        result = tb("checkpoint", command, path)
+        assert result.returncode == 1 and "exceeds the format's limit" not in result.stderr
+        expected = ("is a zip archive (torch.save's format), not a safetensors file" if zip_format
+                    else "is a Python pickle (torch.save's legacy format), not a safetensors file")
+        assert f"{path}: {expected}" in result.stderr, result.stderr
