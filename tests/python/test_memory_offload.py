@@ -180,6 +180,10 @@ def test_without_the_wait_for_the_copy_back_the_gradients_are_wrong():
         # cores), while this backward pass takes about 30 ms.
         ballast_copies, ballast_elements = 16, 1 << 22
 
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.copies_back = []
+
         def _compute_waits_for(self, record):
             self.copies_back.append(record.arrived)  # not waited for: only counted, for the message
 
@@ -189,9 +193,8 @@ def test_without_the_wait_for_the_copy_back_the_gradients_are_wrong():
     expected = train_step(model, x, contextlib.nullcontext())
     for attempt in range(3):
         context = NoWait(min_bytes=1024)
-        context.copies_back = []
         actual = train_step(model, x, context)
         landed = sum(event.query() for event in context.copies_back)
         assert not all(torch.equal(e, a) for e, a in zip(expected[1], actual[1])), \
             f"attempt {attempt}: right gradients without the wait; {landed} of {len(context.copies_back)} copies " \
-            "back had landed when backward ended"
+            "back had landed when the step ended"
