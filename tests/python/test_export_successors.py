@@ -63,7 +63,13 @@ def test_a_script_module_is_converted(tmp_path):
     model = builtin_model("transformer")
     x = torch.randn(_C.builtin_model_input_shape("transformer"))
     result = deployment.export_to_exported_program(model, tmp_path / "t.pt2", x)
-    assert torch.equal(torch.export.load(str(result)).module()(x), model(x))
+    program = torch.export.load(str(result))
+    assert torch.equal(program.module()(x), model(x))
+    # Specialized to the sample's shapes, as an eager model's program is: torch's converter alone
+    # declares every dimension dynamic (batch >= 2) though only the sample's shape was checked.
+    assert program.range_constraints == {}
+    with pytest.raises(Exception, match=r"size\(\)\[0\] == 8"):
+        program.module()(torch.randn(x.shape[0] + 1, *x.shape[1:]))
 
 
 def test_aoti_package_matches_eager_in_python_and_cpp(tmp_path):

@@ -84,7 +84,11 @@ def _capture(model, inputs) -> "torch.export.ExportedProgram":
         if _common.is_scripted(model):
             from torch._export.converter import TS2EPConverter
 
-            return TS2EPConverter(model, inputs).convert()
+            converted = TS2EPConverter(model, inputs).convert()
+            # The converter declares every dimension dynamic (e.g. batch s22 >= 2) though nothing
+            # checks the program at any shape but the sample's; exporting its module again
+            # specializes the shapes to the sample's, as for an eager model (and as documented).
+            return torch.export.export(converted.module(), inputs)
         return torch.export.export(model, inputs)
     except Exception as error:  # torch.export names the construct it cannot capture
         how = "torch's TorchScript converter" if _common.is_scripted(model) else "torch.export.export"
