@@ -44,7 +44,9 @@ def add_queries(module, name: str, index) -> None:
                                 is_integrated=bool(described["features"]["unified_memory"]))
 
     def is_bf16_supported(including_emulation: bool = True) -> bool:
-        return "bfloat16" in info()["supported_dtypes"]
+        from .precision import computes
+
+        return computes("bf16", name, index(None), including_emulation)
 
     def mem_get_info(device=None):
         stats = json.loads(_C.lookup(name).memory_stats_json(index(device)))

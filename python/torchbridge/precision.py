@@ -10,7 +10,7 @@ import json
 
 from . import _C
 
-__all__ = ["PrecisionCapability", "PrecisionDecision", "decide"]
+__all__ = ["PrecisionCapability", "PrecisionDecision", "computes", "decide"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,3 +49,15 @@ def decide(requested: str = "auto", backend: "str | None" = None, device_index: 
 
     native = BackendFactory.create(backend, device_index)
     return PrecisionDecision.from_json(_C.decide_precision(native.name, device_index, requested))
+
+
+def computes(precision: str, backend: str, device_index: int = 0, including_emulation: bool = True) -> bool:
+    """Whether ``backend``'s device computes ``precision`` (fp64, fp32, tf32, fp16, bf16, fp8): in
+    hardware, or also in software where ``including_emulation`` (as ``torch.cuda.is_bf16_supported``
+    counts a GPU without bfloat16 units that torch emulates it on)."""
+    # Deciding fp32, which every backend computes, returns the table of every precision.
+    table = PrecisionDecision.from_json(_C.decide_precision(backend, device_index, "fp32")).capabilities
+    support = next((row.support for row in table if row.precision == precision), None)
+    if support is None:
+        raise ValueError(f"precision must be one of {', '.join(row.precision for row in table)}, got {precision!r}")
+    return support == "native" or (bool(including_emulation) and support == "emulated")

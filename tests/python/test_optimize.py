@@ -14,7 +14,7 @@ from torchbridge import TorchBridgeConfig, UnifiedManager, _C
 from torchbridge.optimize import OptimizationValidationError
 from torchbridge._int8_linear import Int8WeightOnlyLinear
 from torchbridge.config import config_fields
-from torchbridge.precision import decide
+from torchbridge.precision import computes, decide
 
 CPU_PRECISION = decide("auto", "cpu")
 AUTO_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(CPU_PRECISION.precision)
@@ -47,6 +47,14 @@ def test_the_dataclass_and_the_cpp_schema_have_the_same_fields_and_defaults():
     assert TorchBridgeConfig().to_dict() == json.loads(_C.config_preset("default"))
     for field in config_fields():
         assert field["environment"].startswith("TORCHBRIDGE_") and field["description"]
+
+
+def test_computes_reads_the_precision_table():
+    for row in decide("fp32", "cpu").capabilities:
+        assert computes(row.precision, "cpu") == (row.support != "unavailable")
+        assert computes(row.precision, "cpu", including_emulation=False) == (row.support == "native")
+    with pytest.raises(ValueError, match="precision must be one of fp64, .*, got 'float8'"):
+        computes("float8", "cpu")
 
 
 def test_presets_come_from_the_cpp_core():

@@ -120,6 +120,23 @@ def test_cuda_namespace_answers_with_the_targets_real_numbers():
             torch.cuda.nvtx.range_pop()
 
 
+def cpu_has_bfloat16_units() -> bool:
+    """The OS's word on it (x86 flags; ARM's is "bf16" among its features)."""
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = set(cpuinfo.read().split())
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def test_bfloat16_support_counts_emulation_as_torch_cuda_does():
+    # torch.cuda.is_bf16_supported(including_emulation=True) counts what torch computes in software
+    # (a GPU before sm_80); False asks for hardware. torch computes bfloat16 on every CPU.
+    with redirect.redirected("cpu"):
+        assert torch.cuda.is_bf16_supported() is True
+        assert torch.cuda.is_bf16_supported(including_emulation=False) is cpu_has_bfloat16_units()
+    with redirect.redirected("emu"):  # emu reports bfloat16 as a dtype its hardware computes
+        assert torch.cuda.is_bf16_supported(including_emulation=False) is True
+
+
 def test_a_cpu_target_uses_no_accelerator_even_where_torch_was_built_for_cuda(monkeypatch):
     # A CUDA build of torch names cuda as its accelerator with or without a GPU; stand in for one.
     built_for_cuda = lambda check_available=False: torch.device("cuda")  # noqa: E731

@@ -47,6 +47,7 @@ def test_queries_answer_for_the_device_named(spelling):
 def test_bfloat16_support_is_what_the_device_reports():
     described = json.loads(_C.lookup("emu").info_json(0))
     assert torch.emu.is_bf16_supported() == ("bfloat16" in described["supported_dtypes"]) is True
+    assert torch.emu.is_bf16_supported(including_emulation=False) is True  # in its "hardware"
 
 
 def _train(model, steps=10):

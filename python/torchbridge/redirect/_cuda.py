@@ -8,6 +8,7 @@ import torch
 
 from ..backends import BackendFactory
 from ..backends.device_info import cuda_capability
+from ..precision import computes
 from . import _cuda_native, _cuda_unavailable
 from ._host import DEFAULT_HOST_STREAM, HostEvent, HostStream, current_host_stream, set_current_host_stream
 from ._proxy import proxy_class
@@ -189,7 +190,7 @@ def build(redirector):
             yield
 
     def is_bf16_supported(including_emulation=True):
-        return target.supports_bf16()
+        return computes("bf16", target.name, index_of(None), including_emulation)
 
     # -- random numbers on every device, and the rest of torch.cuda.random --------------------------------
     def get_rng_state_all():
