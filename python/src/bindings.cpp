@@ -169,6 +169,8 @@ PYBIND11_MODULE(_C, m) {
                                                         static_cast<c10::DeviceIndex>(device_index)),
                                             static_cast<c10::StreamId>(stream_id)));
   }, py::arg("device_index"), py::arg("stream_id"), py::arg("device_type"));
+  m.def("sdk_set_memory_fraction", &sdk::set_memory_fraction, py::arg("fraction"), py::arg("index"));
+  m.def("sdk_memory_fraction", &sdk::memory_fraction, py::arg("index"));
   m.def("fallback_counts", &sdk::fallback_counts);
   m.def("reset_fallback_counts", &sdk::reset_fallback_counts);
 

@@ -1,7 +1,8 @@
 """The queries programs make of torch.cuda, on the torch.<name> module of an SDK device: device
-name and properties, memory statistics, the current stream, bfloat16 support. Properties come from
-the C++ backend's DeviceInfo (the runtime's own description); memory from torch.accelerator, which
-reads the SDK's caching allocator in C++ and never calls back into this module."""
+name and properties, memory statistics and the per-process memory fraction, the current stream,
+bfloat16 support. Properties come from the C++ backend's DeviceInfo (the runtime's own
+description); memory from torch.accelerator, which reads the SDK's caching allocator in C++ and
+never calls back into this module."""
 
 import dataclasses
 import json
@@ -55,7 +56,18 @@ def add_queries(module, name: str, index) -> None:
     def current_stream(device=None) -> torch.Stream:
         return torch.accelerator.current_stream(index(device))
 
-    for query in (get_device_name, get_device_properties, is_bf16_supported, mem_get_info, current_stream):
+    def set_per_process_memory_fraction(fraction, device=None) -> None:
+        """Caps what this process may reserve on the device at ``fraction`` (0 to 1) of its memory,
+        as torch.cuda's does: past the cap an allocation raises torch.OutOfMemoryError."""
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            raise TypeError(f"fraction must be a number from 0 to 1, got {fraction!r}")
+        _C.sdk_set_memory_fraction(float(fraction), index(device))
+
+    def get_per_process_memory_fraction(device=None) -> float:
+        return _C.sdk_memory_fraction(index(device))
+
+    for query in (get_device_name, get_device_properties, is_bf16_supported, mem_get_info, current_stream,
+                  set_per_process_memory_fraction, get_per_process_memory_fraction):
         setattr(module, query.__name__, query)
 
     # torch.accelerator's memory statistics, under torch.cuda's names and with its device argument.

@@ -4,19 +4,26 @@
 //  - free blocks are cached per (device, pool, stream) and split / re-merged with neighbours;
 //  - a block used on other streams (recordStream) is reused only after events recorded on those
 //    streams at free time have completed;
-//  - on out-of-memory the cache is released and the allocation retried once before raising.
+//  - on out-of-memory the cache is released and the allocation retried once before raising;
+//  - a per-process memory fraction caps reserved bytes per device, as CUDA's allocator does
+//    (torch.cuda.set_per_process_memory_fraction): a segment past the cap counts as out of memory.
 #include "sdk/caching_allocator.h"
 
 #include "sdk/runtime_handle.h"
 #include "sdk/stream_registry.h"
 
 #include <c10/core/Device.h>
+#include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
 
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -69,6 +76,8 @@ struct DeviceState {
   std::unordered_map<const void*, Block*> live;
   std::vector<PendingFree> pending;
   DeviceStats stats;
+  double fraction = 1.0;
+  std::optional<size_t> limit_bytes;  // fraction * total memory, once a fraction was set
 };
 
 size_t round_size(size_t bytes) { return (bytes + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize; }
@@ -225,6 +234,23 @@ class SdkCachingAllocator final : public CachingAllocator {
     return {props.free_memory_bytes, props.total_memory_bytes};
   }
 
+  void set_memory_fraction(double fraction, c10::DeviceIndex device) override {
+    TORCH_CHECK_VALUE(std::isfinite(fraction) && fraction >= 0.0 && fraction <= 1.0, "memory fraction ", fraction,
+                      " is invalid: expected a number from 0 to 1 (the share of device ", int(device),
+                      "'s memory this process may reserve)");
+    const size_t total = runtime().properties(device).total_memory_bytes;
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceState& state = state_of(device);
+    state.fraction = fraction;
+    // CUDA's allocator rounds the cap the same way: whole bytes, down.
+    state.limit_bytes = static_cast<size_t>(fraction * static_cast<double>(total));
+  }
+
+  double memory_fraction(c10::DeviceIndex device) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return state_of(device).fraction;
+  }
+
   std::optional<c10::DeviceIndex> device_of(const void* pointer) override {
     std::lock_guard<std::mutex> lock(mutex_);
     const char* p = static_cast<const char*>(pointer);
@@ -259,24 +285,26 @@ class SdkCachingAllocator final : public CachingAllocator {
                      bool small, size_t requested) {
     const size_t bytes = segment_size(size);
     void* ptr = nullptr;
-    tb_status status = runtime().table().device_malloc(runtime().context(), device, bytes, &ptr);
+    tb_status status = reserve(state, device, bytes, &ptr);
     if (status == TB_ERROR_OUT_OF_MEMORY) {
       // Give every cached byte back to the device and try once more.
       state.stats.num_alloc_retries += 1;
       process_pending(state, /*wait=*/true);
       release_cached(state);
-      status = runtime().table().device_malloc(runtime().context(), device, bytes, &ptr);
+      status = reserve(state, device, bytes, &ptr);
     }
     if (status == TB_ERROR_OUT_OF_MEMORY) {
       state.stats.num_ooms += 1;
       const auto& reserved = state.stats.reserved_bytes[0].current;
       const auto& allocated = state.stats.allocated_bytes[0].current;
       const tb_device_properties props = runtime().properties(device);
+      const bool over_fraction = exceeds_fraction(state, bytes);
       TORCH_CHECK_WITH(OutOfMemoryError, false, runtime().name(), " out of memory on device ", int(device),
                        ": tried to allocate ", requested, " bytes (a ", bytes, "-byte segment); the device has ",
                        props.free_memory_bytes, " bytes free of ", props.total_memory_bytes, "; ",
                        reserved - allocated, " bytes are cached but unused after freeing the cache (",
-                       allocated, " bytes allocated by tensors). Runtime said: ", runtime().describe(status));
+                       allocated, " bytes allocated by tensors). ",
+                       over_fraction ? fraction_text(state, reserved) : "Runtime said: " + runtime().describe(status));
     }
     runtime().check(status, "device_malloc");
     state.stats.num_device_alloc += 1;
@@ -289,6 +317,25 @@ class SdkCachingAllocator final : public CachingAllocator {
     block->ptr = static_cast<char*>(ptr);
     block->small = small;
     return block;
+  }
+
+  // The runtime's device_malloc, unless the segment would take the device's reserved bytes past
+  // the per-process memory fraction (then out of memory without asking the runtime).
+  tb_status reserve(DeviceState& state, c10::DeviceIndex device, size_t bytes, void** ptr) {
+    if (exceeds_fraction(state, bytes)) return TB_ERROR_OUT_OF_MEMORY;
+    return runtime().table().device_malloc(runtime().context(), device, bytes, ptr);
+  }
+
+  static bool exceeds_fraction(const DeviceState& state, size_t bytes) {
+    if (!state.limit_bytes) return false;
+    const auto reserved = static_cast<size_t>(state.stats.reserved_bytes[0].current);
+    return reserved > *state.limit_bytes || bytes > *state.limit_bytes - reserved;
+  }
+
+  static std::string fraction_text(const DeviceState& state, int64_t reserved) {
+    return c10::str("The per-process memory fraction ", state.fraction, " caps this process at ",
+                    *state.limit_bytes, " bytes of the device, of which ", reserved,
+                    " are reserved (set_per_process_memory_fraction raises the cap).");
   }
 
   void split(Pool& pool, Block* block, size_t size) {
@@ -381,5 +428,23 @@ void delete_block(void* context) {
 }  // namespace
 
 CachingAllocator& caching_allocator() { return instance(); }
+
+namespace {
+
+c10::DeviceIndex checked_device(int index, const char* call) {
+  TORCH_CHECK(has_runtime(), call, ": no SDK device is registered in this process");
+  const int count = runtime().device_count();
+  TORCH_CHECK_INDEX(index >= 0 && index < count, call, ": device index ", index, " is out of range for '",
+                    runtime().name(), "' (", count, " devices)");
+  return static_cast<c10::DeviceIndex>(index);
+}
+
+}  // namespace
+
+void set_memory_fraction(double fraction, int index) {
+  instance().set_memory_fraction(fraction, checked_device(index, "set_memory_fraction"));
+}
+
+double memory_fraction(int index) { return instance().memory_fraction(checked_device(index, "memory_fraction")); }
 
 }  // namespace torchbridge::sdk

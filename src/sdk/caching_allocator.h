@@ -14,6 +14,9 @@ class CachingAllocator : public c10::DeviceAllocator {
   virtual void init(int device_count) = 0;
   // Device owning `pointer` (anywhere inside a live allocation), if any.
   virtual std::optional<c10::DeviceIndex> device_of(const void* pointer) = 0;
+  // The per-process memory fraction (see set_memory_fraction in torchbridge/sdk/device.h).
+  virtual void set_memory_fraction(double fraction, c10::DeviceIndex device) = 0;
+  virtual double memory_fraction(c10::DeviceIndex device) = 0;
 };
 
 CachingAllocator& caching_allocator();

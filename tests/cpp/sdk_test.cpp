@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <array>  // c10::impl::device_guard_impl_registry
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -239,6 +240,40 @@ TEST(Sdk, CapacityIsConfigurableAndOutOfMemoryIsReal) {
   const auto options = at::TensorOptions().dtype(at::kByte).device(emu());
   const at::Tensor fits = at::empty({40 << 20}, options);
   EXPECT_THROW(at::empty({40 << 20}, options), c10::OutOfMemoryError);
+}
+
+TEST(Sdk, MemoryFractionCapsWhatTheProcessReservesAsCudasDoes) {
+  if (registered_device()) GTEST_SKIP() << kNeedsAFreshProcess;
+  setenv("TORCHBRIDGE_EMU_MEMORY", "256M", 1);
+  setenv("TORCHBRIDGE_EMU_DEVICES", "2", 1);
+  const auto options = at::TensorOptions().dtype(at::kByte).device(emu(0));
+  EXPECT_EQ(memory_fraction(0), 1.0);
+  set_memory_fraction(0.25, 0);  // 64 MiB of 256: room for three 20 MiB segments, not four
+  EXPECT_EQ(memory_fraction(0), 0.25);
+  EXPECT_EQ(memory_fraction(1), 1.0);
+  std::vector<at::Tensor> held;
+  for (int i = 0; i < 3; ++i) held.push_back(at::empty({20 << 20}, options));  // a segment each
+  const std::string refused = error_of([&] { held.push_back(at::empty({20 << 20}, options)); });
+  EXPECT_NE(refused.find("per-process memory fraction 0.25 caps this process at 67108864 bytes"), std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("62914560 are reserved"), std::string::npos) << refused;
+  EXPECT_THROW(at::empty({20 << 20}, options), c10::OutOfMemoryError);
+  // The device itself had room, and the other device has no cap.
+  EXPECT_NO_THROW(at::empty({100 << 20}, options.device(emu(1))));
+  // Freed memory is cached, and the cache is released to make room under the cap.
+  held.clear();
+  EXPECT_NO_THROW(at::empty({60 << 20}, options));
+  set_memory_fraction(1.0, 0);
+  EXPECT_NO_THROW(at::empty({200 << 20}, options));
+
+  EXPECT_NE(error_of([] { set_memory_fraction(1.5, 0); }).find("memory fraction 1.5 is invalid: expected a number "
+                                                               "from 0 to 1"),
+            std::string::npos);
+  EXPECT_THROW(set_memory_fraction(-0.1, 0), c10::ValueError);
+  EXPECT_THROW(set_memory_fraction(std::nan(""), 0), c10::ValueError);
+  EXPECT_NE(error_of([] { set_memory_fraction(0.5, 2); }).find("device index 2 is out of range for 'emu' (2 devices)"),
+            std::string::npos);
+  EXPECT_THROW(memory_fraction(-1), c10::IndexError);
 }
 
 TEST(Sdk, BadRuntimeOptionsAreClearErrors) {

@@ -137,6 +137,19 @@ def test_bfloat16_support_counts_emulation_as_torch_cuda_does():
         assert torch.cuda.is_bf16_supported(including_emulation=False) is True
 
 
+def test_the_per_process_memory_fraction_reaches_an_sdk_devices_allocator():
+    with redirect.redirected("emu"):
+        try:
+            torch.cuda.set_per_process_memory_fraction(0.5, "cuda:1")
+            assert torch.cuda.get_per_process_memory_fraction(1) == torch.emu.get_per_process_memory_fraction(1) == 0.5
+            assert torch.cuda.memory.get_per_process_memory_fraction(0) == 1.0
+        finally:
+            torch.emu.set_per_process_memory_fraction(1.0, 1)
+    with redirect.redirected("cpu"):  # torch's CPU allocator has no cap to set
+        with pytest.raises(RuntimeError, match="set_per_process_memory_fraction cannot run under redirection to 'cpu'"):
+            torch.cuda.set_per_process_memory_fraction(0.5)
+
+
 def test_a_cpu_target_uses_no_accelerator_even_where_torch_was_built_for_cuda(monkeypatch):
     # A CUDA build of torch names cuda as its accelerator with or without a GPU; stand in for one.
     built_for_cuda = lambda check_available=False: torch.device("cuda")  # noqa: E731

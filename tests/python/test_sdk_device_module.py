@@ -1,5 +1,5 @@
 """The torch.<name> module of an SDK device answers what programs ask torch.cuda (name,
-properties, memory statistics, the current stream), and nn.DataParallel spreads a batch over the
+properties, memory statistics and the per-process memory fraction, the current stream), and nn.DataParallel spreads a batch over the
 device's devices where CUDA is unavailable. References: the C++ backend's description (the same
 numbers `torchbridge info` prints), sizes of the tensors allocated, one device's training."""
 
@@ -42,6 +42,42 @@ def test_queries_answer_for_the_device_named(spelling):
     del block
     torch.emu.reset_peak_memory_stats(device)
     assert torch.emu.max_memory_allocated(device) == torch.emu.memory_allocated(device) == before
+
+
+@pytest.fixture
+def uncapped():
+    yield
+    for index in range(torch.emu.device_count()):
+        torch.emu.set_per_process_memory_fraction(1.0, index)
+
+
+def test_memory_fraction_caps_the_process_as_torch_cudas_does(uncapped):
+    total = torch.emu.get_device_properties(1).total_memory
+    assert torch.emu.get_per_process_memory_fraction("emu:1") == 1.0
+    torch.emu.empty_cache()
+    torch.emu.set_per_process_memory_fraction(0.125, "emu:1")  # 128 MiB of 1 GiB
+    assert torch.emu.get_per_process_memory_fraction(1) == 0.125 and torch.emu.get_per_process_memory_fraction(0) == 1
+    held = torch.empty(100 * MIB, dtype=torch.uint8, device="emu:1")
+    with pytest.raises(torch.OutOfMemoryError, match=f"fraction 0.125 caps this process at {total // 8} bytes"):
+        torch.empty(40 * MIB, dtype=torch.uint8, device="emu:1")
+    other = torch.empty(40 * MIB, dtype=torch.uint8, device="emu:0")  # device 0 has no cap
+    del held
+    room = torch.empty(120 * MIB, dtype=torch.uint8, device="emu:1")  # the cache is released to make room
+    assert torch.emu.memory_reserved(1) <= total // 8
+    del room, other
+
+
+@pytest.mark.parametrize("fraction, error, message", [
+    (1.5, ValueError, "memory fraction 1.5 is invalid: expected a number from 0 to 1"),
+    (-0.5, ValueError, "memory fraction -0.5 is invalid"),
+    (float("nan"), ValueError, "memory fraction nan is invalid"),
+    ("0.5", TypeError, "fraction must be a number from 0 to 1, got '0.5'"),
+    (True, TypeError, "fraction must be a number from 0 to 1, got True"),
+])
+def test_bad_memory_fractions_are_refused(uncapped, fraction, error, message):
+    with pytest.raises(error, match=message):
+        torch.emu.set_per_process_memory_fraction(fraction)
+    assert torch.emu.get_per_process_memory_fraction() == 1.0
 
 
 def test_bfloat16_support_is_what_the_device_reports():

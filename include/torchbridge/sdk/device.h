@@ -47,6 +47,15 @@ bool in_bad_fork();
 // c10::ValueError for a stream of another device type or an id the device never handed out.
 int stream_priority(const c10::Stream& stream);
 
+// Caps the caching allocator of the registered device's device `index` at `fraction` (0 to 1) of
+// its total memory, as torch.cuda.set_per_process_memory_fraction caps CUDA's: a segment that would
+// take the bytes reserved on that device past the cap is refused like one the device has no room
+// for (the cache is freed, then OutOfMemoryError, naming the cap). Reserved bytes above a new, lower
+// cap stay; later allocations wait for room under it. Default 1. c10::ValueError for a fraction
+// outside [0, 1], c10::IndexError for a device the runtime does not have.
+void set_memory_fraction(double fraction, int index);
+double memory_fraction(int index);
+
 // How often each operator ("aten::add.Tensor") ran on the CPU fallback since the last reset.
 std::map<std::string, int64_t> fallback_counts();
 void reset_fallback_counts();

@@ -248,6 +248,13 @@ def build(redirector):
     }
     if device_type != "cuda":
         cuda.update(_cuda_unavailable.replacements(redirector.target))
+        # SDK devices' caching allocator and XPU's take CUDA's per-process cap, with its arguments
+        # (MPS's has another meaning: a share of its recommended limit, up to 2).
+        if hasattr(device_module, "get_per_process_memory_fraction"):
+            cuda["set_per_process_memory_fraction"] = lambda fraction, device=None: \
+                device_module.set_per_process_memory_fraction(fraction, index_of(device))
+            cuda["get_per_process_memory_fraction"] = lambda device=None: \
+                device_module.get_per_process_memory_fraction(index_of(device))
         # Nothing is shared through CUDA's interprocess handles, so there is nothing to collect.
         cuda["ipc_collect"] = lambda: None
         # TF32 is the float32 mode of NVIDIA's tensor cores; the target computes float32 as float32.
