@@ -295,9 +295,16 @@ def test_torch_cuda_submodules_answer_as_torch_cuda_does(target):
         stale = [f"{module.__name__}.{name}" for module, name in shared
                  if getattr(module, name) is not getattr(torch.cuda, name)]
         assert not stale, stale
-        refused = f"set_per_process_memory_fraction cannot run under redirection to '{target}'"
+        refused = f"caching_allocator_alloc cannot run under redirection to '{target}'"
         with pytest.raises(RuntimeError, match=refused):
+            submodules[0].caching_allocator_alloc(1024)
+        if target == "cpu":
+            with pytest.raises(RuntimeError, match="set_per_process_memory_fraction cannot run under redirection"):
+                submodules[0].set_per_process_memory_fraction(0.5)
+        else:  # the SDK device's caching allocator takes the cap
             submodules[0].set_per_process_memory_fraction(0.5)
+            assert torch.emu.get_per_process_memory_fraction() == 0.5
+            torch.emu.set_per_process_memory_fraction(1.0)
     assert all(getattr(module, name) is getattr(torch.cuda, name) for module, name in shared)
 
 
