@@ -2,6 +2,8 @@
 // allocator statistics, RNG reproducibility, bit-exact transfers, autocast, serialization.
 #include "contract.h"
 
+#include <torchbridge/sdk/device.h>
+
 #include <ATen/autocast_mode.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/Event.h>
@@ -184,6 +186,33 @@ TEST_P(Contract, OutOfMemoryIsACatchableErrorThatStatesTheNumbers) {
   // The device still works afterwards.
   const at::Tensor after = at::ones({8}, at::TensorOptions().device(device()));
   EXPECT_EQ(after.sum().item<float>(), 8.0f);
+}
+
+TEST_P(Contract, SdkMemoryFractionCapsWhatTheProcessReserves) {
+  if (device().type() != c10::DeviceType::PrivateUse1) {
+    GTEST_SKIP() << "the per-process memory fraction is the SDK caching allocator's (CUDA's is torch's own)";
+  }
+  backend().empty_cache();
+  const MemoryStats before = backend().memory_stats(0);
+  ASSERT_TRUE(before.total_bytes && before.reserved_bytes);
+  // Room for three 20 MiB segments above what the process holds now, not four.
+  const int64_t cap = *before.reserved_bytes + 64 * kMiB;
+  struct Uncap {
+    ~Uncap() { sdk::set_memory_fraction(1.0, 0); }
+  } uncap;
+  sdk::set_memory_fraction(static_cast<double>(cap) / static_cast<double>(*before.total_bytes), 0);
+  const auto options = at::TensorOptions().dtype(at::kByte).device(device());
+  std::vector<at::Tensor> held;
+  for (int i = 0; i < 3; ++i) held.push_back(at::empty({20 * kMiB}, options));
+  try {
+    held.push_back(at::empty({20 * kMiB}, options));
+    FAIL() << "a fourth 20 MiB segment fit under a cap of " << cap << " bytes";
+  } catch (const c10::OutOfMemoryError& e) {
+    EXPECT_NE(e.msg().find("per-process memory fraction"), std::string::npos) << e.msg();
+  }
+  EXPECT_LE(*backend().memory_stats(0).reserved_bytes, cap);
+  sdk::set_memory_fraction(1.0, 0);
+  EXPECT_NO_THROW(held.push_back(at::empty({20 * kMiB}, options)));
 }
 
 TEST_P(Contract, RandomNumbersAreReproduciblePerDevice) {
