@@ -59,6 +59,18 @@ def _gradients(optimizer) -> "list[torch.Tensor]":
     return grads
 
 
+def _require_device_type(device) -> None:
+    """torch's GradScaler keeps any string and fails only at its first scaled step, if at all."""
+    if not isinstance(device, str):
+        raise TypeError(f"GradScaler: device must be a device type such as 'cuda' or 'cpu', got {device!r} "
+                        f"({type(device).__name__})")
+    try:
+        torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"GradScaler: device {device!r} is not a device type torch knows (an SDK device is known "
+                         "once torchbridge.devices.load names it)") from None
+
+
 class GradScaler:
     """Dynamic loss scaling, as ``torch.amp.GradScaler`` (same arguments, defaults and methods)."""
 
@@ -66,6 +78,7 @@ class GradScaler:
                  backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True) -> None:
         if not isinstance(enabled, bool):
             raise TypeError(f"GradScaler: enabled must be a bool, got {enabled!r} ({type(enabled).__name__})")
+        _require_device_type(device)
         self._device = device
         if device == "cuda" and enabled and not torch.cuda.is_available():
             warnings.warn("torchbridge.amp.GradScaler is enabled, but CUDA is not available.  Disabling.", stacklevel=2)

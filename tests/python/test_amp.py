@@ -249,6 +249,18 @@ def test_nonsense_arguments_are_refused_naming_value_and_range(arguments, error,
     assert words in str(raised.value)
 
 
+@pytest.mark.parametrize("device, error, words", [
+    ("warp", ValueError, "device 'warp' is not a device type torch knows"),
+    ("", ValueError, "device '' is not a device type torch knows"),
+    (None, TypeError, "device must be a device type such as 'cuda' or 'cpu', got None (NoneType)"),
+])
+def test_an_unknown_device_is_refused_at_once(device, error, words):
+    # torch.amp.GradScaler("warp") is accepted and fails, if ever, at its first scaled step.
+    with pytest.raises(error) as raised:
+        torchbridge.amp.GradScaler(device)
+    assert words in str(raised.value)
+
+
 def test_setters_check_their_values():
     scaler = our_scaler("cpu")
     with pytest.raises(ValueError, match=r"growth_factor must be a finite number > 1.0, got 0.5"):
