@@ -16,6 +16,7 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 
+#include <array>  // pybind11::make_tuple
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -78,6 +79,61 @@ memory::OffloadedOptimizer::Factory adam_factory(const std::string& kind, double
   };
 }
 
+// Parameter `index`'s Adam or AdamW state on the host (State: torch::optim::AdamParamState or
+// AdamWParamState), or null before its first step.
+template <typename State>
+State* adam_state(const memory::OffloadedOptimizer& self, size_t index) {
+  const auto [master, optimizer] = self.host_side_of(index);
+  auto& states = optimizer->state();
+  const auto found = states.find(master.unsafeGetTensorImpl());
+  return found == states.end() ? nullptr : static_cast<State*>(found->second.get());
+}
+
+// (step, has max_exp_avg_sq), or None before the parameter's first step.
+template <typename State>
+py::object state_summary(const memory::OffloadedOptimizer& self, size_t index) {
+  const State* state = adam_state<State>(self, index);
+  if (state == nullptr) return py::none();
+  return py::make_tuple(state->step(), state->max_exp_avg_sq().defined());
+}
+
+// Copies the state into CPU tensors Python made (address 0: max_exp_avg_sq not wanted).
+template <typename State>
+void copy_state_into(const memory::OffloadedOptimizer& self, size_t index, uintptr_t exp_avg, uintptr_t exp_avg_sq,
+                     uintptr_t max_exp_avg_sq) {
+  const State* state = adam_state<State>(self, index);
+  TORCH_CHECK_VALUE(state != nullptr, "OffloadedOptimizer: parameter ", index, " has no state yet");
+  tensor_at(exp_avg).copy_(state->exp_avg());
+  tensor_at(exp_avg_sq).copy_(state->exp_avg_sq());
+  if (max_exp_avg_sq != 0) tensor_at(max_exp_avg_sq).copy_(state->max_exp_avg_sq());
+}
+
+// Replaces the state with copies of tensors Python checked (shape, dtype) on the host.
+template <typename State>
+void load_state(const memory::OffloadedOptimizer& self, size_t index, int64_t step, uintptr_t exp_avg,
+                uintptr_t exp_avg_sq, uintptr_t max_exp_avg_sq) {
+  const auto [master, optimizer] = self.host_side_of(index);
+  auto state = std::make_unique<State>();
+  state->step(step);
+  state->exp_avg(tensor_at(exp_avg).to(master.options(), /*non_blocking=*/false, /*copy=*/true));
+  state->exp_avg_sq(tensor_at(exp_avg_sq).to(master.options(), /*non_blocking=*/false, /*copy=*/true));
+  if (max_exp_avg_sq != 0) {
+    state->max_exp_avg_sq(tensor_at(max_exp_avg_sq).to(master.options(), /*non_blocking=*/false, /*copy=*/true));
+  }
+  optimizer->state()[master.unsafeGetTensorImpl()] = std::move(state);
+}
+
+template <typename Options>
+void set_options(const memory::OffloadedOptimizer& self, double lr, double beta1, double beta2, double eps,
+                 double weight_decay, bool amsgrad) {
+  for (torch::optim::Optimizer* optimizer : self.host_optimizers()) {
+    for (auto& group : optimizer->param_groups()) {
+      auto& options = static_cast<Options&>(group.options());
+      options.lr(lr).betas({beta1, beta2}).eps(eps).weight_decay(weight_decay).amsgrad(amsgrad);
+    }
+  }
+}
+
 }  // namespace
 
 void bind_memory(py::module_& m) {
@@ -96,6 +152,30 @@ void bind_memory(py::module_& m) {
         for (torch::optim::Optimizer* optimizer : self.host_optimizers()) {
           for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
         }
+      })
+      // The Adam/AdamW state, for state_dict and load_state_dict (`adamw`: which of the two).
+      .def("state_summary", [](const memory::OffloadedOptimizer& self, bool adamw, size_t index) {
+        return adamw ? state_summary<torch::optim::AdamWParamState>(self, index)
+                     : state_summary<torch::optim::AdamParamState>(self, index);
+      })
+      .def("copy_state_into", [](const memory::OffloadedOptimizer& self, bool adamw, size_t index, uintptr_t exp_avg,
+                                 uintptr_t exp_avg_sq, uintptr_t max_exp_avg_sq) {
+        adamw ? copy_state_into<torch::optim::AdamWParamState>(self, index, exp_avg, exp_avg_sq, max_exp_avg_sq)
+              : copy_state_into<torch::optim::AdamParamState>(self, index, exp_avg, exp_avg_sq, max_exp_avg_sq);
+      })
+      .def("load_state", [](const memory::OffloadedOptimizer& self, bool adamw, size_t index, int64_t step,
+                            uintptr_t exp_avg, uintptr_t exp_avg_sq, uintptr_t max_exp_avg_sq) {
+        adamw ? load_state<torch::optim::AdamWParamState>(self, index, step, exp_avg, exp_avg_sq, max_exp_avg_sq)
+              : load_state<torch::optim::AdamParamState>(self, index, step, exp_avg, exp_avg_sq, max_exp_avg_sq);
+      })
+      .def("clear_state", [](const memory::OffloadedOptimizer& self, size_t index) {
+        const auto [master, optimizer] = self.host_side_of(index);
+        optimizer->state().erase(master.unsafeGetTensorImpl());
+      })
+      .def("set_options", [](const memory::OffloadedOptimizer& self, bool adamw, double lr, double beta1, double beta2,
+                             double eps, double weight_decay, bool amsgrad) {
+        adamw ? set_options<torch::optim::AdamWOptions>(self, lr, beta1, beta2, eps, weight_decay, amsgrad)
+              : set_options<torch::optim::AdamOptions>(self, lr, beta1, beta2, eps, weight_decay, amsgrad);
       });
 
   py::class_<memory::CheckpointRegion>(m, "_CheckpointRegion")

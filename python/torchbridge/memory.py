@@ -147,8 +147,11 @@ class _OffloadedAdamFamily:
     bucket, so copies overlap the CPU's work (torchbridge::memory::OffloadedOptimizer). The device
     keeps only parameters and gradients.
 
-    Not a torch.optim.Optimizer: one parameter group, no state_dict, and LR schedulers do not drive
-    it (set ``lr`` instead). Parameters must be float32 and on one accelerator."""
+    ``state_dict()`` / ``load_state_dict()`` use ``torch.optim.Adam``'s (``AdamW``'s) format, so
+    either optimizer loads the other's (the state tensors are in host memory). Parameters written
+    between steps (``model.load_state_dict`` after the optimizer was built) are what the next step
+    updates. Not a torch.optim.Optimizer: one parameter group, and LR schedulers do not drive it
+    (set ``lr`` instead). Parameters must be float32 and on one accelerator."""
 
     _KIND = ""
     _DEFAULT_WEIGHT_DECAY = 0.0
@@ -164,6 +167,8 @@ class _OffloadedAdamFamily:
             weight_decay = self._DEFAULT_WEIGHT_DECAY
         beta1, beta2 = betas
         self._lr = float(lr)
+        self._betas, self._eps = (float(beta1), float(beta2)), float(eps)
+        self._weight_decay, self._amsgrad = float(weight_decay), bool(amsgrad)
         self._impl = _C._OffloadedOptimizer([p._cdata for p in self.params], self._KIND, self._lr, float(beta1),
                                             float(beta2), float(eps), float(weight_decay), bool(amsgrad),
                                             int(bucket_bytes))
@@ -185,6 +190,46 @@ class _OffloadedAdamFamily:
         self._impl.step()
         return loss
 
+    def state_dict(self) -> dict:
+        """``torch.optim.Adam``'s format (``AdamW``'s for OffloadedAdamW): per parameter index
+        ``step``, ``exp_avg``, ``exp_avg_sq`` (and ``max_exp_avg_sq`` with amsgrad) as CPU tensors,
+        and one parameter group."""
+        adamw = self._KIND == "adamw"
+        state = {}
+        for i, p in enumerate(self.params):
+            summary = self._impl.state_summary(adamw, i)
+            if summary is None:  # no step yet, as torch's optimizers leave it out
+                continue
+            step, has_max = summary
+            names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if has_max else ())
+            entry = {name: torch.empty(p.shape, dtype=torch.float32) for name in names}
+            self._impl.copy_state_into(adamw, i, entry["exp_avg"]._cdata, entry["exp_avg_sq"]._cdata,
+                                       entry["max_exp_avg_sq"]._cdata if has_max else 0)
+            state[i] = {"step": torch.tensor(float(step)), **entry}
+        group = {"lr": self._lr, "betas": self._betas, "eps": self._eps, "weight_decay": self._weight_decay,
+                 "amsgrad": self._amsgrad, "maximize": False, "foreach": None, "capturable": False,
+                 "differentiable": False, "fused": None, "decoupled_weight_decay": adamw,
+                 "params": list(range(len(self.params)))}
+        return {"state": state, "param_groups": [group]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Takes what ``state_dict`` returns, or ``torch.optim.Adam``'s / ``AdamW``'s for the same
+        parameters in the same order. Everything is checked before anything changes."""
+        group, entries = _checked_adam_state(state_dict, self.params, type(self).__name__, self._KIND == "adamw")
+        adamw = self._KIND == "adamw"
+        beta1, beta2 = group["betas"]
+        self._impl.set_options(adamw, float(group["lr"]), float(beta1), float(beta2), float(group["eps"]),
+                               float(group["weight_decay"]), bool(group["amsgrad"]))
+        for i, entry in enumerate(entries):
+            if entry is None:
+                self._impl.clear_state(i)
+                continue
+            tensors = [entry["exp_avg"], entry["exp_avg_sq"], entry.get("max_exp_avg_sq")]
+            self._impl.load_state(adamw, i, entry["step"], tensors[0]._cdata, tensors[1]._cdata,
+                                  0 if tensors[2] is None else tensors[2]._cdata)
+        self._lr, self._betas, self._eps = float(group["lr"]), (float(beta1), float(beta2)), float(group["eps"])
+        self._weight_decay, self._amsgrad = float(group["weight_decay"]), bool(group["amsgrad"])
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
             if p.grad is None:
@@ -193,6 +238,54 @@ class _OffloadedAdamFamily:
                 p.grad = None
             else:
                 p.grad.detach_().zero_()
+
+
+def _checked_adam_state(state_dict, params, owner: str, adamw: bool):
+    """(the parameter group, per parameter its state entry with an int step, or None), or ValueError
+    naming what does not fit ``params``."""
+    def refuse(why):
+        raise ValueError(f"{owner}.load_state_dict: {why}")
+
+    if not isinstance(state_dict, dict) or not {"state", "param_groups"} <= state_dict.keys():
+        refuse(f"expected a dict with 'state' and 'param_groups' (an optimizer's state_dict), got {state_dict!r:.80}")
+    groups = state_dict["param_groups"]
+    if not isinstance(groups, (list, tuple)) or len(groups) != 1:
+        refuse(f"this optimizer has one parameter group; the state has {len(groups) if isinstance(groups, (list, tuple)) else groups!r}")
+    group = groups[0]
+    missing = [k for k in ("lr", "betas", "eps", "weight_decay", "amsgrad", "params") if k not in group]
+    if missing:
+        refuse(f"the parameter group lacks {', '.join(missing)}")
+    ids = list(group["params"])
+    if len(ids) != len(params):
+        refuse(f"the state is for {len(ids)} parameters; this optimizer has {len(params)}")
+    if group.get("maximize", False):
+        refuse("maximize=True is not supported (torch's C++ Adam, which steps the host copies, has no such option)")
+    if group.get("decoupled_weight_decay", adamw) != adamw:
+        refuse(f"the state is {'AdamW' if not adamw else 'Adam'}'s (decoupled_weight_decay="
+               f"{group['decoupled_weight_decay']}); load it into {'OffloadedAdamW' if not adamw else 'OffloadedAdam'}")
+    saved = state_dict["state"]
+    unknown = [k for k in saved if k not in ids]
+    if unknown:
+        refuse(f"state for parameter ids {unknown} that the parameter group does not list")
+    entries = []
+    for position, (key, param) in enumerate(zip(ids, params)):
+        entry = saved.get(key)
+        if entry is None:
+            entries.append(None)
+            continue
+        names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
+        for name in names:
+            value = entry.get(name)
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(param.shape):
+                refuse(f"parameter {position}'s {name} is "
+                       f"{tuple(value.shape) if isinstance(value, torch.Tensor) else repr(value)}; expected a tensor of "
+                       f"shape {tuple(param.shape)}")
+        step = entry.get("step")
+        step = step.item() if isinstance(step, torch.Tensor) and step.numel() == 1 else step
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or step < 0 or step != int(step):
+            refuse(f"parameter {position}'s step is {entry.get('step')!r}; expected a whole number >= 0")
+        entries.append({**{name: entry[name] for name in names}, "step": int(step)})
+    return group, entries
 
 
 class OffloadedAdam(_OffloadedAdamFamily):

@@ -8,9 +8,11 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/optim/optimizer.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -21,6 +23,11 @@ struct OffloadedOptimizer::Bucket {
   std::vector<size_t> indices;          // into parameters_
   std::vector<at::Tensor> host_params;  // pinned float32 master copies, what the host optimizer updates
   std::vector<at::Tensor> host_grads;   // pinned staging for the gradients
+  // Each device parameter's version counter and address when its master last matched it: a
+  // change (model.load_state_dict after the optimizer was built, any in-place write, `p.data = t`)
+  // is copied down into the master before the next update instead of being overwritten by it.
+  std::vector<int64_t> synced_versions;
+  std::vector<const void*> synced_addresses;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::optional<c10::Event> gradients_arrived;
 };
@@ -53,6 +60,16 @@ c10::Device device_of(const std::vector<at::Tensor>& parameters) {
   return device;
 }
 
+void check_still_the_same_kind(size_t index, const at::Tensor& parameter, const at::Tensor& master,
+                               c10::Device device) {
+  TORCH_CHECK_VALUE(parameter.device() == device && parameter.scalar_type() == at::kFloat &&
+                        parameter.sizes() == master.sizes(),
+                    "OffloadedOptimizer: parameter ", index, " is now ", c10::toString(parameter.scalar_type()), " ",
+                    parameter.sizes(), " on ", parameter.device(), ", but was ", c10::toString(at::kFloat), " ", master.sizes(), " on ", device,
+                    " when the optimizer was built; its master copy and state have that shape, so build a new "
+                    "optimizer for the changed parameters");
+}
+
 at::Tensor pinned_like(const at::Tensor& t) {
   return at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).device(c10::kCPU).pinned_memory(true));
 }
@@ -77,6 +94,8 @@ OffloadedOptimizer::OffloadedOptimizer(std::vector<at::Tensor> parameters, Facto
     bucket.indices.push_back(i);
     bucket.host_params.push_back(master);
     bucket.host_grads.push_back(pinned_like(p));
+    bucket.synced_versions.push_back(p._version());
+    bucket.synced_addresses.push_back(p.data_ptr());
     filled += p.numel() * static_cast<int64_t>(p.element_size());
   }
   for (auto& bucket : buckets_) {
@@ -100,7 +119,13 @@ void OffloadedOptimizer::step() {
     c10::StreamGuard on_side(side);
     for (auto& bucket : buckets_) {
       for (size_t k = 0; k < bucket->indices.size(); ++k) {
-        const at::Tensor& grad = parameters_[bucket->indices[k]].grad();
+        const at::Tensor& parameter = parameters_[bucket->indices[k]];
+        if (parameter._version() != bucket->synced_versions[k] ||
+            parameter.data_ptr() != bucket->synced_addresses[k]) {
+          check_still_the_same_kind(bucket->indices[k], parameter, bucket->host_params[k], device_);
+          bucket->host_params[k].copy_(parameter.detach(), /*non_blocking=*/true);
+        }
+        const at::Tensor& grad = parameter.grad();
         if (grad.defined()) bucket->host_grads[k].copy_(grad, /*non_blocking=*/true);
       }
       bucket->gradients_arrived.emplace(device_.type());
@@ -120,7 +145,10 @@ void OffloadedOptimizer::step() {
     bucket->optimizer->step();
     c10::StreamGuard on_side(side);
     for (size_t k = 0; k < bucket->indices.size(); ++k) {
-      parameters_[bucket->indices[k]].copy_(bucket->host_params[k], /*non_blocking=*/true);
+      at::Tensor& parameter = parameters_[bucket->indices[k]];
+      parameter.copy_(bucket->host_params[k], /*non_blocking=*/true);
+      bucket->synced_versions[k] = parameter._version();
+      bucket->synced_addresses[k] = parameter.data_ptr();
     }
   }
 
@@ -140,6 +168,16 @@ void OffloadedOptimizer::zero_grad(bool set_to_none) {
       p.mutable_grad().detach_().zero_();
     }
   }
+}
+
+std::pair<at::Tensor, torch::optim::Optimizer*> OffloadedOptimizer::host_side_of(size_t index) const {
+  for (const auto& bucket : buckets_) {
+    for (size_t k = 0; k < bucket->indices.size(); ++k) {
+      if (bucket->indices[k] == index) return {bucket->host_params[k], bucket->optimizer.get()};
+    }
+  }
+  C10_THROW_ERROR(IndexError, c10::str("OffloadedOptimizer: parameter ", index, " does not exist (",
+                                       parameters_.size(), " parameters)"));
 }
 
 std::vector<torch::optim::Optimizer*> OffloadedOptimizer::host_optimizers() const {

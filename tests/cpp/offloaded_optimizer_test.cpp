@@ -1,11 +1,12 @@
 // Optimizer-state offload on emu against the same torch optimizer on the device: emu runs the CPU's
 // kernels, so the parameters must be bit-identical step after step (Adam and AdamW, one bucket and
-// several), and the device must hold exactly the optimizer state's size less. Bad parameters raise.
+// several, a parameter written in place between steps), and the device must hold exactly the optimizer state's size less. Bad parameters raise.
 #include <torchbridge/memory/offloaded_optimizer.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/sdk/device.h>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -56,6 +57,10 @@ void expect_same_training(const MakeOptimizer& make, int64_t bucket_bytes) {
     train_step(on_device_model, step);
     torch::manual_seed(100 + step);
     train_step(offloaded_model, step);
+    if (step == 2) {  // a write outside the optimizer (as Module::load_state_dict does) must survive
+      const at::NoGradGuard no_grad;
+      for (auto* model : {&on_device_model, &offloaded_model}) (*model)->parameters()[0].mul_(0.5);
+    }
     on_device->step();
     offloaded.step();
     const auto expected = on_device_model->parameters();

@@ -251,6 +251,119 @@ def test_offloaded_adam_trains_like_torchs_on_emu(offloaded_class, torch_class):
     assert all(torch.equal(b, p.cpu()) for b, p in zip(before, offloaded.parameters()))
 
 
+def test_parameters_written_after_the_optimizer_was_built_are_the_ones_updated():
+    # The usual resume: build the optimizer, then load the weights. Each step used to start from
+    # the master copies taken at construction, so the loaded weights were overwritten silently.
+    import torchbridge.memory as memory
+
+    def model():
+        torch.manual_seed(5)
+        return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)).to("emu")
+
+    trained = {name: torch.randn_like(t) for name, t in model().state_dict().items()}
+    reference, offloaded = model(), model()
+    theirs = torch.optim.Adam(reference.parameters(), lr=1e-2, foreach=False)
+    ours = memory.OffloadedAdam(offloaded.parameters(), lr=1e-2, bucket_bytes=256)
+    for net, optimizer in ((reference, theirs), (offloaded, ours)):
+        net.load_state_dict(trained)  # in place: copy_ into each parameter
+    for step in range(3):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(step)).to("emu")
+        if step == 1:
+            for net in (reference, offloaded):
+                net[0].weight.data = net[0].weight.detach() * 0.5  # new data, not an in-place write
+                with torch.no_grad():
+                    net[2].bias.clamp_(-0.1, 0.1)
+        for net, optimizer in ((reference, theirs), (offloaded, ours)):
+            optimizer.zero_grad()
+            net(x).pow(2).mean().backward()
+            optimizer.step()
+    for expected, actual in zip(reference.parameters(), offloaded.parameters()):
+        torch.testing.assert_close(actual.cpu(), expected.cpu(), rtol=1e-5, atol=1e-6)
+
+    offloaded[2].bias.data = torch.zeros(5, device="emu")
+    with pytest.raises(ValueError, match=r"parameter 3 is now Float \[5\] on emu:0, but was Float \[4\] on emu:0"):
+        ours.step()
+
+
+def _adam_setup(amsgrad):
+    import torchbridge.memory as memory
+
+    def model():
+        torch.manual_seed(6)
+        return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)).to("emu")
+
+    def train(net, optimizer, steps, first):
+        for step in range(first, first + steps):
+            x = torch.randn(4, 8, generator=torch.Generator().manual_seed(step)).to("emu")
+            optimizer.zero_grad()
+            net(x).pow(2).mean().backward()
+            optimizer.step()
+
+    options = dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-7, weight_decay=0.05, amsgrad=amsgrad)
+    return memory, model, train, options
+
+
+@pytest.mark.parametrize("amsgrad", [False, True])
+def test_state_dicts_cross_between_offloaded_and_torchs_adamw(amsgrad, tmp_path):
+    memory, model, train, options = _adam_setup(amsgrad)
+    reference, offloaded = model(), model()
+    theirs = torch.optim.AdamW(reference.parameters(), foreach=False, **options)
+    ours = memory.OffloadedAdamW(offloaded.parameters(), bucket_bytes=256, **options)
+    train(reference, theirs, 3, 0)
+    train(offloaded, ours, 3, 0)
+    # Ours, through a file, into a torch AdamW over a copy of the model, and theirs into ours.
+    torch.save(ours.state_dict(), tmp_path / "ours.pt")
+    saved = torch.load(tmp_path / "ours.pt")
+    assert set(saved["state"][0]) == {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if amsgrad else set())
+    for key, value in theirs.state_dict()["state"][0].items():
+        torch.testing.assert_close(saved["state"][0][key], value.cpu(), rtol=1e-5, atol=1e-7)
+    assert saved["param_groups"][0].keys() == theirs.state_dict()["param_groups"][0].keys()
+    continued = model()
+    continued.load_state_dict(offloaded.state_dict())
+    torch_from_ours = torch.optim.AdamW(continued.parameters(), foreach=False, **options)
+    torch_from_ours.load_state_dict(saved)
+    resumed = model()
+    resumed.load_state_dict(reference.state_dict())
+    ours_from_torch = memory.OffloadedAdamW(resumed.parameters(), lr=0.5)  # the group's settings come with the state
+    ours_from_torch.load_state_dict(theirs.state_dict())
+    assert ours_from_torch.lr == options["lr"]
+    for net, optimizer in ((reference, theirs), (continued, torch_from_ours), (resumed, ours_from_torch)):
+        train(net, optimizer, 3, 3)
+    for expected, a, b in zip(reference.parameters(), continued.parameters(), resumed.parameters()):
+        torch.testing.assert_close(a.cpu(), expected.cpu(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(b.cpu(), expected.cpu(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_state_dict_that_does_not_fit_is_refused_and_changes_nothing():
+    memory, model, train, options = _adam_setup(amsgrad=True)
+    net = model()
+    ours = memory.OffloadedAdam(net.parameters(), **options)
+    train(net, ours, 1, 0)
+    before = ours.state_dict()
+    other = torch.optim.Adam(model()[0].parameters(), amsgrad=True)  # 2 parameters, not 4
+    cases = [
+        (other.state_dict(), "the state is for 2 parameters; this optimizer has 4"),
+        ({"state": {}}, "expected a dict with 'state' and 'param_groups'"),
+        (torch.optim.AdamW(net.parameters()).state_dict(), "the state is AdamW's .*load it into OffloadedAdamW"),
+        (torch.optim.Adam(net.parameters(), maximize=True).state_dict(), "maximize=True is not supported"),
+    ]
+    without_max = ours.state_dict()
+    del without_max["state"][1]["max_exp_avg_sq"]
+    cases.append((without_max, r"parameter 1's max_exp_avg_sq is None; expected a tensor of shape \(16,\)"))
+    transposed = ours.state_dict()
+    transposed["state"][0]["exp_avg"] = transposed["state"][0]["exp_avg"].t()
+    cases.append((transposed, r"parameter 0's exp_avg is \(8, 16\); expected a tensor of shape \(16, 8\)"))
+    half_step = ours.state_dict()
+    half_step["state"][2]["step"] = torch.tensor(1.5)
+    cases.append((half_step, r"parameter 2's step is tensor\(1.5000\); expected a whole number >= 0"))
+    for state, message in cases:
+        with pytest.raises(ValueError, match=message):
+            ours.load_state_dict(state)
+        after = ours.state_dict()
+        assert after["param_groups"] == before["param_groups"]
+        assert all(torch.equal(after["state"][i][k], v) for i, entry in before["state"].items() for k, v in entry.items())
+
+
 def test_offloading_parameters_on_the_cpu_is_refused():
     from torchbridge.memory import OffloadedAdamW
 

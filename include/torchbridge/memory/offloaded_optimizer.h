@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace torch::optim {
@@ -48,7 +49,10 @@ class OffloadedOptimizer {
   OffloadedOptimizer& operator=(const OffloadedOptimizer&) = delete;
 
   // One optimizer step over the parameters' current gradients (parameters without a gradient are
-  // skipped, as torch's optimizers do).
+  // skipped, as torch's optimizers do). A parameter written since the last step (in place, e.g. by
+  // Module::load_state_dict after this optimizer was built, or given new data) is copied into its
+  // master first, so the update starts from its current value; one that changed shape, dtype or
+  // device raises c10::ValueError.
   void step();
   // The device parameters' gradients: set to undefined (default) or zeroed.
   void zero_grad(bool set_to_none = true);
@@ -57,6 +61,9 @@ class OffloadedOptimizer {
   // The host optimizers, one per bucket, e.g. to change their learning rate or save their state.
   std::vector<torch::optim::Optimizer*> host_optimizers() const;
   size_t bucket_count() const { return buckets_.size(); }
+  // Parameter `index`'s float32 master copy in host memory and the host optimizer that updates it:
+  // the optimizer's state is keyed by the master, e.g. to save or load it. c10::IndexError past the end.
+  std::pair<at::Tensor, torch::optim::Optimizer*> host_side_of(size_t index) const;
 
  private:
   struct Bucket;
