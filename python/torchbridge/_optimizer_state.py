@@ -18,6 +18,12 @@ _PARAM_SHAPED = {"momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "
 _LAYOUT_KEYS = {"size", "beta1", "beta2"}
 
 
+def type_name(optimizer) -> str:
+    """The optimizer's type as files record it: torch's name for the torch optimizer whose state an
+    optimizer keeps (OffloadedAdamW keeps AdamW's), so either resumes from the other's file."""
+    return getattr(optimizer, "STATE_FORMAT", None) or type(optimizer).__name__
+
+
 def encode(optimizer: torch.optim.Optimizer) -> "tuple[dict[str, torch.Tensor], str]":
     """(tensors, JSON description) of ``optimizer``'s state."""
     state_dict = optimizer.state_dict()
@@ -39,7 +45,7 @@ def encode(optimizer: torch.optim.Optimizer) -> "tuple[dict[str, torch.Tensor], 
                 tensors[f"{PREFIX}{index}.{field}"] = value.detach()
             else:
                 values.setdefault(str(index), {})[field] = _json_value(value, f"state[{index}][{field!r}]")
-    description = {"type": type(optimizer).__name__, "groups": groups}
+    description = {"type": type_name(optimizer), "groups": groups}
     if values:
         description["values"] = values  # non-tensor per-parameter state; the C++ reader ignores it
     return tensors, json.dumps(description)
@@ -65,9 +71,10 @@ def decode(path: str, description_json: str, tensors: "dict[str, torch.Tensor]",
     ``optimizer.*`` tensors; raises ValueError for any mismatch, before anything is changed.
     ``written_by_cpp``: LibTorch counts Adam steps in int64, torch.optim in a float32 tensor."""
     description = json.loads(description_json)
-    saved_type, given_type = description.get("type"), type(optimizer).__name__
+    saved_type, given_type = description.get("type"), type_name(optimizer)
     if saved_type != given_type:
-        raise ValueError(f"{path}: the state holds a {saved_type} optimizer but a {given_type} was given")
+        given = given_type if given_type == type(optimizer).__name__ else f"{type(optimizer).__name__} ({given_type}'s state)"
+        raise ValueError(f"{path}: the state holds a {saved_type} optimizer but a {given} was given")
     groups, saved_groups = optimizer.param_groups, description["groups"]
     if len(groups) != len(saved_groups):
         raise ValueError(f"{path}: {len(saved_groups)} parameter groups were saved but the optimizer has "

@@ -50,7 +50,8 @@ def save_training_state(path, model: torch.nn.Module, optimizer: "torch.optim.Op
                         scheduler: "torch.optim.lr_scheduler.LRScheduler | None" = None, scaler=None, *,
                         step: int = 0, epoch: int = 0, extra: "dict[str, str] | None" = None) -> str:
     """Writes ``model``'s parameters and persistent buffers, ``optimizer``'s state (any
-    torch.optim optimizer whose state is tensors and JSON values), ``scheduler``'s state (an LR
+    torch.optim optimizer whose state is tensors and JSON values, or torchbridge.memory's
+    OffloadedAdam/AdamW, recorded as Adam/AdamW), ``scheduler``'s state (an LR
     scheduler of ``optimizer``), ``scaler``'s state (torch.amp.GradScaler or
     torchbridge.amp.GradScaler), the CPU generator and the current accelerator's generators,
     ``step``/``epoch``, ``extra`` (str -> str) and the source backend, devices and dtypes to
@@ -249,8 +250,11 @@ def _check_model(model) -> None:
 
 
 def _check_optimizer(optimizer) -> None:
-    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
+    from .memory import _OffloadedAdamFamily  # keeps torch.optim.Adam's state, in its format
+
+    if optimizer is not None and not isinstance(optimizer, (torch.optim.Optimizer, _OffloadedAdamFamily)):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, torchbridge.memory.OffloadedAdam(W) or None, "
+                        f"got {type(optimizer).__name__}")
 
 
 def _check_device_map_matches(device_map, model: torch.nn.Module, model_state) -> None:

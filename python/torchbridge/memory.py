@@ -190,6 +190,17 @@ class _OffloadedAdamFamily:
         self._impl.step()
         return loss
 
+    @property
+    def param_groups(self) -> "list[dict]":
+        """The one parameter group, as torch.optim's ``param_groups`` lists it (a copy: set ``lr``
+        to change the rate)."""
+        return [{**self._hyperparameters(), "params": list(self.params)}]
+
+    def _hyperparameters(self) -> dict:
+        return {"lr": self._lr, "betas": self._betas, "eps": self._eps, "weight_decay": self._weight_decay,
+                "amsgrad": self._amsgrad, "maximize": False, "foreach": None, "capturable": False,
+                "differentiable": False, "fused": None, "decoupled_weight_decay": self._KIND == "adamw"}
+
     def state_dict(self) -> dict:
         """``torch.optim.Adam``'s format (``AdamW``'s for OffloadedAdamW): per parameter index
         ``step``, ``exp_avg``, ``exp_avg_sq`` (and ``max_exp_avg_sq`` with amsgrad) as CPU tensors,
@@ -206,11 +217,7 @@ class _OffloadedAdamFamily:
             self._impl.copy_state_into(adamw, i, entry["exp_avg"]._cdata, entry["exp_avg_sq"]._cdata,
                                        entry["max_exp_avg_sq"]._cdata if has_max else 0)
             state[i] = {"step": torch.tensor(float(step)), **entry}
-        group = {"lr": self._lr, "betas": self._betas, "eps": self._eps, "weight_decay": self._weight_decay,
-                 "amsgrad": self._amsgrad, "maximize": False, "foreach": None, "capturable": False,
-                 "differentiable": False, "fused": None, "decoupled_weight_decay": adamw,
-                 "params": list(range(len(self.params)))}
-        return {"state": state, "param_groups": [group]}
+        return {"state": state, "param_groups": [{**self._hyperparameters(), "params": list(range(len(self.params)))}]}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Takes what ``state_dict`` returns, or ``torch.optim.Adam``'s / ``AdamW``'s for the same
@@ -291,10 +298,12 @@ def _checked_adam_state(state_dict, params, owner: str, adamw: bool):
 class OffloadedAdam(_OffloadedAdamFamily):
     __doc__ = _OffloadedAdamFamily.__doc__
     _KIND = "adam"
+    STATE_FORMAT = "Adam"  # the torch optimizer whose state it keeps, as training-state files name it
     _DEFAULT_WEIGHT_DECAY = 0.0
 
 
 class OffloadedAdamW(_OffloadedAdamFamily):
     __doc__ = _OffloadedAdamFamily.__doc__
     _KIND = "adamw"
+    STATE_FORMAT = "AdamW"
     _DEFAULT_WEIGHT_DECAY = 1e-2

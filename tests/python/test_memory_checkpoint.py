@@ -334,6 +334,32 @@ def test_state_dicts_cross_between_offloaded_and_torchs_adamw(amsgrad, tmp_path)
         torch.testing.assert_close(b.cpu(), expected.cpu(), rtol=1e-5, atol=1e-6)
 
 
+def test_a_training_state_file_resumes_offloaded_and_torch_adamw_alike(tmp_path):
+    from torchbridge.checkpoint import load_training_state, save_training_state
+
+    memory, model, train, options = _adam_setup(amsgrad=False)
+    reference, offloaded = model(), model()
+    theirs = torch.optim.AdamW(reference.parameters(), foreach=False, **options)
+    ours = memory.OffloadedAdamW(offloaded.parameters(), **options)
+    train(reference, theirs, 2, 0)
+    train(offloaded, ours, 2, 0)
+    save_training_state(tmp_path / "ours.safetensors", offloaded, ours, step=2)
+    save_training_state(tmp_path / "theirs.safetensors", reference, theirs, step=2)
+    # Each file into the other kind of optimizer, over a fresh model.
+    into_torch, into_ours = model(), model()
+    torch_resumed = torch.optim.AdamW(into_torch.parameters(), foreach=False)
+    ours_resumed = memory.OffloadedAdamW(into_ours.parameters())
+    assert load_training_state(tmp_path / "ours.safetensors", into_torch, torch_resumed).step == 2
+    assert load_training_state(tmp_path / "theirs.safetensors", into_ours, ours_resumed).step == 2
+    for net, optimizer in ((reference, theirs), (into_torch, torch_resumed), (into_ours, ours_resumed)):
+        train(net, optimizer, 2, 2)
+    for expected, a, b in zip(reference.parameters(), into_torch.parameters(), into_ours.parameters()):
+        torch.testing.assert_close(a.cpu(), expected.cpu(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(b.cpu(), expected.cpu(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"holds a AdamW optimizer but a OffloadedAdam \(Adam's state\) was given"):
+        load_training_state(tmp_path / "ours.safetensors", model(), memory.OffloadedAdam(model().parameters()))
+
+
 def test_a_state_dict_that_does_not_fit_is_refused_and_changes_nothing():
     memory, model, train, options = _adam_setup(amsgrad=True)
     net = model()

@@ -371,7 +371,7 @@ def test_bad_arguments(tmp_path):
     model = make_model(1)
     with pytest.raises(TypeError, match="model must be a torch.nn.Module, got OrderedDict"):
         checkpoint.save_state(tmp_path / "s.safetensors", model.state_dict())
-    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer or None, got list"):
+    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer, torchbridge.memory.OffloadedAdam\(W\) or None, got list"):
         checkpoint.save_state(tmp_path / "s.safetensors", model, [])
     with pytest.raises(TypeError, match="step must be an int, got bool"):
         checkpoint.save_state(tmp_path / "s.safetensors", model, step=True)
