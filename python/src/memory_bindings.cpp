@@ -108,7 +108,7 @@ void copy_state_into(const memory::OffloadedOptimizer& self, size_t index, uintp
   if (max_exp_avg_sq != 0) tensor_at(max_exp_avg_sq).copy_(state->max_exp_avg_sq());
 }
 
-// Replaces the state with copies of tensors Python checked (shape, dtype) on the host.
+// Replaces the state with copies of tensors Python checked (shape) and made CPU float32.
 template <typename State>
 void load_state(const memory::OffloadedOptimizer& self, size_t index, int64_t step, uintptr_t exp_avg,
                 uintptr_t exp_avg_sq, uintptr_t max_exp_avg_sq) {

@@ -65,10 +65,12 @@ def _require_device_type(device) -> None:
         raise TypeError(f"GradScaler: device must be a device type such as 'cuda' or 'cpu', got {device!r} "
                         f"({type(device).__name__})")
     try:
-        torch.device(device)
+        parsed = torch.device(device)
     except RuntimeError:
         raise ValueError(f"GradScaler: device {device!r} is not a device type torch knows (an SDK device is known "
                          "once torchbridge.devices.load names it)") from None
+    if parsed.index is not None:  # torch's scaler compares the type string with tensors' device types
+        raise ValueError(f"GradScaler: device {device!r} names a device; give its type, {parsed.type!r}")
 
 
 class GradScaler:

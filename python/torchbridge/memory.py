@@ -19,6 +19,7 @@ Differences from torch:
 """
 
 import functools
+import math
 import warnings
 
 import torch
@@ -150,7 +151,7 @@ class _OffloadedAdamFamily:
     ``state_dict()`` / ``load_state_dict()`` use ``torch.optim.Adam``'s (``AdamW``'s) format, so
     either optimizer loads the other's (the state tensors are in host memory). Parameters written
     between steps (``model.load_state_dict`` after the optimizer was built) are what the next step
-    updates. Not a torch.optim.Optimizer: one parameter group, and LR schedulers do not drive it
+    updates; writes through ``p.data`` bypass the version counter that shows them and are not seen. Not a torch.optim.Optimizer: one parameter group, and LR schedulers do not drive it
     (set ``lr`` instead). Parameters must be float32 and on one accelerator."""
 
     _KIND = ""
@@ -192,9 +193,9 @@ class _OffloadedAdamFamily:
 
     @property
     def param_groups(self) -> "list[dict]":
-        """The one parameter group, as torch.optim's ``param_groups`` lists it (a copy: set ``lr``
-        to change the rate)."""
-        return [{**self._hyperparameters(), "params": list(self.params)}]
+        """The one parameter group, as torch.optim's ``param_groups`` lists it. Setting its "lr"
+        sets ``lr`` (warm-up code does); setting anything else raises instead of changing nothing."""
+        return [_ParamGroup(self, {**self._hyperparameters(), "params": list(self.params)})]
 
     def _hyperparameters(self) -> dict:
         return {"lr": self._lr, "betas": self._betas, "eps": self._eps, "weight_decay": self._weight_decay,
@@ -222,11 +223,11 @@ class _OffloadedAdamFamily:
     def load_state_dict(self, state_dict: dict) -> None:
         """Takes what ``state_dict`` returns, or ``torch.optim.Adam``'s / ``AdamW``'s for the same
         parameters in the same order. Everything is checked before anything changes."""
-        group, entries = _checked_adam_state(state_dict, self.params, type(self).__name__, self._KIND == "adamw")
         adamw = self._KIND == "adamw"
-        beta1, beta2 = group["betas"]
-        self._impl.set_options(adamw, float(group["lr"]), float(beta1), float(beta2), float(group["eps"]),
-                               float(group["weight_decay"]), bool(group["amsgrad"]))
+        (lr, beta1, beta2, eps, weight_decay, amsgrad), entries = _checked_adam_state(
+            state_dict, self.params, type(self).__name__, adamw)
+        # Nothing below raises for checked values: the tensors are CPU float32 of the right shapes.
+        self._impl.set_options(adamw, lr, beta1, beta2, eps, weight_decay, amsgrad)
         for i, entry in enumerate(entries):
             if entry is None:
                 self._impl.clear_state(i)
@@ -234,8 +235,7 @@ class _OffloadedAdamFamily:
             tensors = [entry["exp_avg"], entry["exp_avg_sq"], entry.get("max_exp_avg_sq")]
             self._impl.load_state(adamw, i, entry["step"], tensors[0]._cdata, tensors[1]._cdata,
                                   0 if tensors[2] is None else tensors[2]._cdata)
-        self._lr, self._betas, self._eps = float(group["lr"]), (float(beta1), float(beta2)), float(group["eps"])
-        self._weight_decay, self._amsgrad = float(group["weight_decay"]), bool(group["amsgrad"])
+        self._lr, self._betas, self._eps, self._weight_decay, self._amsgrad = lr, (beta1, beta2), eps, weight_decay, amsgrad
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -247,9 +247,34 @@ class _OffloadedAdamFamily:
                 p.grad.detach_().zero_()
 
 
+class _ParamGroup(dict):
+    """A view of an offloaded optimizer's one parameter group whose "lr" writes through."""
+
+    def __init__(self, owner, values):
+        super().__init__(values)
+        self._owner = owner
+
+    def __setitem__(self, key, value):
+        if key != "lr":
+            raise TypeError(f"{type(self._owner).__name__}.param_groups[0][{key!r}] cannot be changed: only 'lr' "
+                            "can (build a new optimizer for other settings)")
+        self._owner.lr = value
+        super().__setitem__(key, self._owner.lr)
+
+
+def _finite(value, what: str, refuse) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        refuse(f"{what} is {value!r}; expected a number")
+    if not math.isfinite(number):
+        refuse(f"{what} is {value!r}; expected a finite number")
+    return number
+
+
 def _checked_adam_state(state_dict, params, owner: str, adamw: bool):
-    """(the parameter group, per parameter its state entry with an int step, or None), or ValueError
-    naming what does not fit ``params``."""
+    """((lr, beta1, beta2, eps, weight_decay, amsgrad), per parameter its state entry, or None, with an
+    int step and CPU float32 tensors), or ValueError naming what does not fit ``params``."""
     def refuse(why):
         raise ValueError(f"{owner}.load_state_dict: {why}")
 
@@ -270,6 +295,11 @@ def _checked_adam_state(state_dict, params, owner: str, adamw: bool):
     if group.get("decoupled_weight_decay", adamw) != adamw:
         refuse(f"the state is {'AdamW' if not adamw else 'Adam'}'s (decoupled_weight_decay="
                f"{group['decoupled_weight_decay']}); load it into {'OffloadedAdamW' if not adamw else 'OffloadedAdam'}")
+    if not isinstance(group["betas"], (list, tuple)) or len(group["betas"]) != 2:
+        refuse(f"betas is {group['betas']!r}; expected two numbers")
+    settings = (_finite(group["lr"], "lr", refuse), *(_finite(b, "betas", refuse) for b in group["betas"]),
+                _finite(group["eps"], "eps", refuse), _finite(group["weight_decay"], "weight_decay", refuse),
+                bool(group["amsgrad"]))
     saved = state_dict["state"]
     unknown = [k for k in saved if k not in ids]
     if unknown:
@@ -283,16 +313,20 @@ def _checked_adam_state(state_dict, params, owner: str, adamw: bool):
         names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
         for name in names:
             value = entry.get(name)
-            if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(param.shape):
-                refuse(f"parameter {position}'s {name} is "
-                       f"{tuple(value.shape) if isinstance(value, torch.Tensor) else repr(value)}; expected a tensor of "
+            if (not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(param.shape)
+                    or not value.is_floating_point() or value.is_meta):
+                described = (f"{value.dtype} {tuple(value.shape)}{' on meta' if value.is_meta else ''}"
+                             if isinstance(value, torch.Tensor) else repr(value))
+                refuse(f"parameter {position}'s {name} is {described}; expected a floating-point tensor of "
                        f"shape {tuple(param.shape)}")
         step = entry.get("step")
         step = step.item() if isinstance(step, torch.Tensor) and step.numel() == 1 else step
-        if isinstance(step, bool) or not isinstance(step, (int, float)) or step < 0 or step != int(step):
+        if (isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 <= step < 2**63
+                or step != int(step)):
             refuse(f"parameter {position}'s step is {entry.get('step')!r}; expected a whole number >= 0")
-        entries.append({**{name: entry[name] for name in names}, "step": int(step)})
-    return group, entries
+        tensors = {name: entry[name].detach().to("cpu", torch.float32).contiguous() for name in names}
+        entries.append({**tensors, "step": int(step)})
+    return settings, entries
 
 
 class OffloadedAdam(_OffloadedAdamFamily):

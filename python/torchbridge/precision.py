@@ -53,8 +53,9 @@ def decide(requested: str = "auto", backend: "str | None" = None, device_index: 
 
 def computes(precision: str, backend: str, device_index: int = 0, including_emulation: bool = True) -> bool:
     """Whether ``backend``'s device computes ``precision`` (fp64, fp32, tf32, fp16, bf16, fp8): in
-    hardware, or also in software where ``including_emulation`` (as ``torch.cuda.is_bf16_supported``
-    counts a GPU without bfloat16 units that torch emulates it on)."""
+    hardware, or also in software where ``including_emulation`` (the ``support`` column of the
+    precision table: today the CPU's float16/bfloat16 without vector units is its one "emulated"
+    entry; ``torch.cuda.is_bf16_supported`` asks the same question of CUDA)."""
     # Deciding fp32, which every backend computes, returns the table of every precision.
     table = PrecisionDecision.from_json(_C.decide_precision(backend, device_index, "fp32")).capabilities
     support = next((row.support for row in table if row.precision == precision), None)

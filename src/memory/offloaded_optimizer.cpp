@@ -5,10 +5,12 @@
 #include <ATen/ATen.h>
 #include <ATen/DeviceAccelerator.h>
 #include <c10/core/Event.h>
+#include <c10/core/StorageImpl.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
+#include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/optim/optimizer.h>
 
@@ -19,15 +21,34 @@
 
 namespace torchbridge::memory {
 
+namespace {
+
+// What says a device parameter was written since its master copy was taken: its version counter
+// (bumped by every in-place write to the parameter itself, e.g. Module::load_state_dict's copy_)
+// and its storage (new data, `p.data = t`, Module::to). The storage is held weakly so a new one
+// cannot take the old one's address. Writes through `p.data` (a tensor with its own version
+// counter, as torch's autograd documents) change neither and are not seen.
+struct ParameterIdentity {
+  int64_t version;
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+  int64_t storage_offset;
+
+  explicit ParameterIdentity(const at::Tensor& p)
+      : version(p._version()), storage(p.storage().getWeakStorageImpl()), storage_offset(p.storage_offset()) {}
+  bool matches(const at::Tensor& p) const {
+    return p._version() == version && storage._unsafe_get_target() == p.storage().unsafeGetStorageImpl() &&
+           p.storage_offset() == storage_offset;
+  }
+};
+
+}  // namespace
+
 struct OffloadedOptimizer::Bucket {
   std::vector<size_t> indices;          // into parameters_
   std::vector<at::Tensor> host_params;  // pinned float32 master copies, what the host optimizer updates
   std::vector<at::Tensor> host_grads;   // pinned staging for the gradients
-  // Each device parameter's version counter and address when its master last matched it: a
-  // change (model.load_state_dict after the optimizer was built, any in-place write, `p.data = t`)
-  // is copied down into the master before the next update instead of being overwritten by it.
-  std::vector<int64_t> synced_versions;
-  std::vector<const void*> synced_addresses;
+  // Each device parameter as it was when its master last matched it (see ParameterIdentity).
+  std::vector<ParameterIdentity> synced;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::optional<c10::Event> gradients_arrived;
 };
@@ -94,8 +115,7 @@ OffloadedOptimizer::OffloadedOptimizer(std::vector<at::Tensor> parameters, Facto
     bucket.indices.push_back(i);
     bucket.host_params.push_back(master);
     bucket.host_grads.push_back(pinned_like(p));
-    bucket.synced_versions.push_back(p._version());
-    bucket.synced_addresses.push_back(p.data_ptr());
+    bucket.synced.emplace_back(p);
     filled += p.numel() * static_cast<int64_t>(p.element_size());
   }
   for (auto& bucket : buckets_) {
@@ -112,6 +132,15 @@ void OffloadedOptimizer::step() {
   const c10::Stream side = streams.getStreamFromGlobalPool(device_);
 
   // Gradients down: every copy queued at once on the side stream, after the backward pass's work.
+  // Parameters written since the last step: checked before anything is queued, copied down below.
+  for (auto& bucket : buckets_) {
+    for (size_t k = 0; k < bucket->indices.size(); ++k) {
+      const at::Tensor& parameter = parameters_[bucket->indices[k]];
+      if (!bucket->synced[k].matches(parameter)) {
+        check_still_the_same_kind(bucket->indices[k], parameter, bucket->host_params[k], device_);
+      }
+    }
+  }
   c10::Event backward_done(device_.type());
   backward_done.record(compute);
   backward_done.block(side);
@@ -120,9 +149,7 @@ void OffloadedOptimizer::step() {
     for (auto& bucket : buckets_) {
       for (size_t k = 0; k < bucket->indices.size(); ++k) {
         const at::Tensor& parameter = parameters_[bucket->indices[k]];
-        if (parameter._version() != bucket->synced_versions[k] ||
-            parameter.data_ptr() != bucket->synced_addresses[k]) {
-          check_still_the_same_kind(bucket->indices[k], parameter, bucket->host_params[k], device_);
+        if (!bucket->synced[k].matches(parameter)) {
           bucket->host_params[k].copy_(parameter.detach(), /*non_blocking=*/true);
         }
         const at::Tensor& grad = parameter.grad();
@@ -147,8 +174,7 @@ void OffloadedOptimizer::step() {
     for (size_t k = 0; k < bucket->indices.size(); ++k) {
       at::Tensor& parameter = parameters_[bucket->indices[k]];
       parameter.copy_(bucket->host_params[k], /*non_blocking=*/true);
-      bucket->synced_versions[k] = parameter._version();
-      bucket->synced_addresses[k] = parameter.data_ptr();
+      bucket->synced[k] = ParameterIdentity(parameter);
     }
   }
 

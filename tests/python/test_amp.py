@@ -252,6 +252,7 @@ def test_nonsense_arguments_are_refused_naming_value_and_range(arguments, error,
 @pytest.mark.parametrize("device, error, words", [
     ("warp", ValueError, "device 'warp' is not a device type torch knows"),
     ("", ValueError, "device '' is not a device type torch knows"),
+    ("cpu:0", ValueError, "device 'cpu:0' names a device; give its type, 'cpu'"),
     (None, TypeError, "device must be a device type such as 'cuda' or 'cpu', got None (NoneType)"),
 ])
 def test_an_unknown_device_is_refused_at_once(device, error, words):

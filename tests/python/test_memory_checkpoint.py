@@ -375,10 +375,19 @@ def test_a_state_dict_that_does_not_fit_is_refused_and_changes_nothing():
     ]
     without_max = ours.state_dict()
     del without_max["state"][1]["max_exp_avg_sq"]
-    cases.append((without_max, r"parameter 1's max_exp_avg_sq is None; expected a tensor of shape \(16,\)"))
+    cases.append((without_max, r"parameter 1's max_exp_avg_sq is None; expected a floating-point tensor of shape \(16,\)"))
     transposed = ours.state_dict()
     transposed["state"][0]["exp_avg"] = transposed["state"][0]["exp_avg"].t()
-    cases.append((transposed, r"parameter 0's exp_avg is \(8, 16\); expected a tensor of shape \(16, 8\)"))
+    cases.append((transposed, r"parameter 0's exp_avg is torch.float32 \(8, 16\); expected a floating-point tensor"))
+    on_meta = ours.state_dict()
+    on_meta["state"][3]["exp_avg_sq"] = torch.empty(4, device="meta")
+    cases.append((on_meta, r"parameter 3's exp_avg_sq is torch.float32 \(4,\) on meta"))
+    huge_step = ours.state_dict()
+    huge_step["state"][0]["step"] = 2**63
+    cases.append((huge_step, r"parameter 0's step is 9223372036854775808; expected a whole number >= 0"))
+    bad_lr = ours.state_dict()
+    bad_lr["param_groups"][0]["lr"] = float("inf")
+    cases.append((bad_lr, "lr is inf; expected a finite number"))
     half_step = ours.state_dict()
     half_step["state"][2]["step"] = torch.tensor(1.5)
     cases.append((half_step, r"parameter 2's step is tensor\(1.5000\); expected a whole number >= 0"))
@@ -388,6 +397,27 @@ def test_a_state_dict_that_does_not_fit_is_refused_and_changes_nothing():
         after = ours.state_dict()
         assert after["param_groups"] == before["param_groups"]
         assert all(torch.equal(after["state"][i][k], v) for i, entry in before["state"].items() for k, v in entry.items())
+    # What C++ steps with is unchanged too: the next step matches an optimizer that saw no refusals.
+    twin_net = model()
+    twin = memory.OffloadedAdam(twin_net.parameters(), **options)
+    train(twin_net, twin, 1, 0)
+    train(net, ours, 1, 1)
+    train(twin_net, twin, 1, 1)
+    assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(net.parameters(), twin_net.parameters()))
+
+
+def test_param_groups_lr_writes_through_and_other_settings_refuse():
+    memory, model, train, options = _adam_setup(amsgrad=False)
+    net = model()
+    ours = memory.OffloadedAdamW(net.parameters(), **options)
+    for group in ours.param_groups:  # warm-up code written for torch.optim
+        group["lr"] = 0.0
+    assert ours.lr == 0.0 and ours.param_groups[0]["lr"] == 0.0
+    before = [p.detach().cpu().clone() for p in net.parameters()]
+    train(net, ours, 1, 0)
+    assert all(torch.equal(b, p.cpu()) for b, p in zip(before, net.parameters()))
+    with pytest.raises(TypeError, match=r"OffloadedAdamW.param_groups\[0\]\['eps'\] cannot be changed: only 'lr' can"):
+        ours.param_groups[0]["eps"] = 1e-3
 
 
 def test_offloading_parameters_on_the_cpu_is_refused():

@@ -52,7 +52,9 @@ class OffloadedOptimizer {
   // skipped, as torch's optimizers do). A parameter written since the last step (in place, e.g. by
   // Module::load_state_dict after this optimizer was built, or given new data) is copied into its
   // master first, so the update starts from its current value; one that changed shape, dtype or
-  // device raises c10::ValueError.
+  // device raises c10::ValueError before anything is queued. Writes through `p.data()` / Python's
+  // `p.data` bypass the parameter's version counter and are not seen: write to the parameter
+  // under a NoGradGuard instead.
   void step();
   // The device parameters' gradients: set to undefined (default) or zeroed.
   void zero_grad(bool set_to_none = true);
