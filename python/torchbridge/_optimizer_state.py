@@ -73,7 +73,8 @@ def decode(path: str, description_json: str, tensors: "dict[str, torch.Tensor]",
     description = json.loads(description_json)
     saved_type, given_type = description.get("type"), type_name(optimizer)
     if saved_type != given_type:
-        given = given_type if given_type == type(optimizer).__name__ else f"{type(optimizer).__name__} ({given_type}'s state)"
+        own_name = type(optimizer).__name__
+        given = given_type if given_type == own_name else f"{own_name} ({given_type}'s state)"
         raise ValueError(f"{path}: the state holds a {saved_type} optimizer but a {given} was given")
     groups, saved_groups = optimizer.param_groups, description["groups"]
     if len(groups) != len(saved_groups):

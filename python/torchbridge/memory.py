@@ -151,8 +151,9 @@ class _OffloadedAdamFamily:
     ``state_dict()`` / ``load_state_dict()`` use ``torch.optim.Adam``'s (``AdamW``'s) format, so
     either optimizer loads the other's (the state tensors are in host memory). Parameters written
     between steps (``model.load_state_dict`` after the optimizer was built) are what the next step
-    updates; writes through ``p.data`` bypass the version counter that shows them and are not seen. Not a torch.optim.Optimizer: one parameter group, and LR schedulers do not drive it
-    (set ``lr`` instead). Parameters must be float32 and on one accelerator."""
+    updates; writes through ``p.data`` bypass the version counter that shows them and are not
+    seen. Not a torch.optim.Optimizer: one parameter group, and LR schedulers do not drive it (set
+    ``lr`` instead). Parameters must be float32 and on one accelerator."""
 
     _KIND = ""
     _DEFAULT_WEIGHT_DECAY = 0.0
@@ -235,7 +236,8 @@ class _OffloadedAdamFamily:
             tensors = [entry["exp_avg"], entry["exp_avg_sq"], entry.get("max_exp_avg_sq")]
             self._impl.load_state(adamw, i, entry["step"], tensors[0]._cdata, tensors[1]._cdata,
                                   0 if tensors[2] is None else tensors[2]._cdata)
-        self._lr, self._betas, self._eps, self._weight_decay, self._amsgrad = lr, (beta1, beta2), eps, weight_decay, amsgrad
+        self._lr, self._betas, self._eps = lr, (beta1, beta2), eps
+        self._weight_decay, self._amsgrad = weight_decay, amsgrad
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -282,7 +284,8 @@ def _checked_adam_state(state_dict, params, owner: str, adamw: bool):
         refuse(f"expected a dict with 'state' and 'param_groups' (an optimizer's state_dict), got {state_dict!r:.80}")
     groups = state_dict["param_groups"]
     if not isinstance(groups, (list, tuple)) or len(groups) != 1:
-        refuse(f"this optimizer has one parameter group; the state has {len(groups) if isinstance(groups, (list, tuple)) else groups!r}")
+        count = len(groups) if isinstance(groups, (list, tuple)) else repr(groups)
+        refuse(f"this optimizer has one parameter group; the state has {count}")
     group = groups[0]
     missing = [k for k in ("lr", "betas", "eps", "weight_decay", "amsgrad", "params") if k not in group]
     if missing:
@@ -304,13 +307,13 @@ def _checked_adam_state(state_dict, params, owner: str, adamw: bool):
     unknown = [k for k in saved if k not in ids]
     if unknown:
         refuse(f"state for parameter ids {unknown} that the parameter group does not list")
+    names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
     entries = []
     for position, (key, param) in enumerate(zip(ids, params)):
         entry = saved.get(key)
         if entry is None:
             entries.append(None)
             continue
-        names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
         for name in names:
             value = entry.get(name)
             if (not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(param.shape)
