@@ -6,14 +6,17 @@ file behind and an existing one untouched; a foreign .pt2 is an error, not a cra
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import zipfile
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 from torchbridge import _C, deployment
+from torchbridge.deployment import _cxx_runtime
 from torchbridge.validation import builtin_model
 
 from test_compiled_model import INTEROP
@@ -170,6 +173,53 @@ def test_aoti_refuses_an_sdk_device_in_a_child_process(tmp_path):
     assert "AOTInductor generates code for cpu, cuda, xpu; the sample input is on emu:0, which has no inductor " \
            "backend" in result.stdout
     assert not (tmp_path / "e.pt2").exists()
+
+
+# ---- a compiler that copies libstdc++ into shared libraries (the GPU images' /opt/gcc) -------------
+@pytest.fixture
+def static_runtime_compiler(tmp_path):
+    """The machine's g++, made to link libstdc++ statically into shared libraries as /opt/gcc does."""
+    real = shutil.which(os.environ.get("CXX", "g++"))
+    if not sys.platform.startswith("linux") or real is None or "clang" in os.path.basename(real):
+        pytest.skip("needs GCC on Linux (-static-libstdc++ as the GPU images' toolchain applies it)")
+    wrapper = tmp_path / "static-toolchain" / "g++"  # inductor tells GCC by the name
+    wrapper.parent.mkdir()
+    wrapper.write_text("#!/bin/sh\n"
+                       'for a in "$@"; do [ "$a" = -shared ] && exec ' + real + ' -static-libstdc++ "$@"; done\n'
+                       'exec ' + real + ' "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_aoti_packages_use_the_process_runtime_when_the_compiler_would_copy_it(static_runtime_compiler, tmp_path):
+    """On the H200 `export --format aoti` died by SIGSEGV loading its own package: inductor's compiler
+    had copied libstdc++ into the model library beside torch's (deployment/_cxx_runtime.py)."""
+    # The control, inductor alone in a child (it may crash): the package does not load beside torch.
+    control = ("import sys, torch\n"
+               "torch._inductor.config.cpp.cxx = (sys.argv[1],)\n"
+               "model, x = torch.nn.Linear(8, 4).eval(), torch.randn(2, 8)\n"
+               "torch._inductor.aoti_compile_and_package(torch.export.export(model, (x,)), package_path=sys.argv[2])\n"
+               "torch._inductor.aoti_load_package(sys.argv[2])(x)\n")
+    result = subprocess.run([sys.executable, "-c", control, static_runtime_compiler, str(tmp_path / "control.pt2")],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0, "the control loaded: the emulated toolchain no longer shows the defect"
+    assert _cxx_runtime.links_runtime_statically(static_runtime_compiler)
+
+    model, x = two_heads()
+    with torch._inductor.config.patch({"cpp.cxx": (static_runtime_compiler,)}):
+        result = deployment.export_to_aoti(model, tmp_path / "m.pt2", x)  # loads the package and runs it
+    assert result.max_abs_error <= 1e-5
+    with zipfile.ZipFile(str(result)) as package:
+        libraries = [name for name in package.namelist() if name.endswith(".so")]
+        assert libraries, package.namelist()
+        for name in libraries:
+            package.extract(name, tmp_path / "unpacked")
+    for name in libraries:
+        library = str(tmp_path / "unpacked" / name)
+        needed = subprocess.run(["readelf", "-d", library], capture_output=True, text=True, check=True).stdout
+        assert "[libstdc++.so.6]" in needed, needed
+        defined = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True).stdout
+        assert "_ZNSt6locale7classicEv" not in defined, f"{name} carries its own libstdc++"
 
 
 # ---- the validator runs a package (validate --compiled) ---------------------------------------------

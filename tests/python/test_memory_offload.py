@@ -3,7 +3,9 @@ artificial latency on every stream operation, so the copies really run behind th
 each other: gradients and outputs must be bit-identical to no offload, saved activations must leave
 the device, and what must stay (CPU tensors, parameters, small tensors) stays."""
 
+import math
 import os
+import time
 
 os.environ["TORCHBRIDGE_EMU_GUARDED"] = "1"
 os.environ["TORCHBRIDGE_EMU_LATENCY_US"] = "300"
@@ -167,6 +169,18 @@ def test_a_late_copy_back_into_stale_memory_still_gives_identical_gradients():
     assert all(torch.equal(e, a) for e, a in zip(expected[1], actual[1]))
 
 
+def side_stream_seconds_per_copy(elements):
+    """How long one device-to-device copy of `elements` floats keeps an emu side stream busy here."""
+    side, a, b = torch.Stream(device=EMU), torch.empty(elements, device=EMU), torch.empty(elements, device=EMU)
+    side.synchronize()
+    start = time.perf_counter()
+    with side:
+        for _ in range(8):
+            a.copy_(b)
+    side.synchronize()
+    return (time.perf_counter() - start) / 8
+
+
 def test_without_the_wait_for_the_copy_back_the_gradients_are_wrong():
     """The control for the test above: a compute stream that does not wait for the copy back reads
     the device buffer before the data is there, so that test would catch a missing wait."""
@@ -174,27 +188,28 @@ def test_without_the_wait_for_the_copy_back_the_gradients_are_wrong():
         pytest.skip("emu was loaded by another test file in this process, without the artificial latency")
 
     class NoWait(LateIntoNaN):
-        # The control must lose the race on any machine: on a 16-core H200 host, 4 copies of 4 MiB
-        # ahead of each copy back were not enough (the copy landed before backward read it, 3 of 3
-        # times). 16 copies of 16 MiB are about 0.15 s of side-stream work per copy back here (2
-        # cores), while this backward pass takes about 30 ms.
-        ballast_copies, ballast_elements = 16, 1 << 22
-
-        def __init__(self, **kwargs):
+        def __init__(self, ballast_copies, **kwargs):
             super().__init__(**kwargs)
-            self.copies_back = []
+            self.ballast_copies, self.ballast_elements = ballast_copies, 1 << 20
+            self.there_when_read = []
 
         def _compute_waits_for(self, record):
-            self.copies_back.append(record.arrived)  # not waited for: only counted, for the message
+            self.there_when_read.append(record.arrived.query())  # not waited for: only noted, for the message
 
     import contextlib
     model = make_model(EMU)
     x = torch.randn(32, 64, device=EMU, requires_grad=True)
+    start = time.perf_counter()
     expected = train_step(model, x, contextlib.nullcontext())
+    step_seconds = time.perf_counter() - start
+    # The control must lose the race on any machine, so the side-stream work queued ahead of each
+    # copy back is sized here, to 10 whole steps: a fixed amount (4, then 16 copies of 4-16 MiB)
+    # was enough on the 2-core VM but not on the H200's 16-core host, where every copy had landed.
+    ballast_copies = max(4, math.ceil(10 * step_seconds / side_stream_seconds_per_copy(1 << 20)))
     for attempt in range(3):
-        context = NoWait(min_bytes=1024)
+        context = NoWait(ballast_copies, min_bytes=1024)
         actual = train_step(model, x, context)
-        landed = sum(event.query() for event in context.copies_back)
         assert not all(torch.equal(e, a) for e, a in zip(expected[1], actual[1])), \
-            f"attempt {attempt}: right gradients without the wait; {landed} of {len(context.copies_back)} copies " \
-            "back had landed when the step ended"
+            f"attempt {attempt}: right gradients without the wait; {sum(context.there_when_read)} of " \
+            f"{len(context.there_when_read)} copies back had landed when backward read them (the side stream " \
+            f"had {ballast_copies} copies of 4 MiB queued ahead of each, 10 steps' worth)"

@@ -149,10 +149,15 @@ def test_dataparallel_over_two_devices_trains_as_one_device_does():
         assert parallel.device_ids == [0, 1]
         loss = torch.nn.functional.mse_loss(parallel(x.cuda()), y.cuda())
         loss.backward()
-    torch.nn.functional.mse_loss(reference(x), y).backward()
+    # The reference on the CPU, split as DataParallel splits the batch (one half per device, the
+    # halves' gradients summed): on the H200's 16-core host, one matmul over all 16 rows summed in
+    # another order and differed by 2e-6. Kernels may still block their sums differently, so the
+    # comparison allows float32 rounding (assert_close's defaults), not a difference in what is computed.
+    outputs = torch.cat([reference(half) for half in x.chunk(2)])
+    torch.nn.functional.mse_loss(outputs, y).backward()
     for replicated, alone in zip(model.parameters(), reference.parameters()):
         assert replicated.grad.device == torch.device("emu:0")
-        torch.testing.assert_close(replicated.grad.cpu(), alone.grad, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(replicated.grad.cpu(), alone.grad)
 
 
 def test_nccl_backends_map_to_gloo_for_the_cpu_only():

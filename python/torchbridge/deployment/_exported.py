@@ -7,7 +7,7 @@ failed export leaves no file and an existing one untouched."""
 
 import torch
 
-from . import _common
+from . import _common, _cxx_runtime
 from ._result import ExportResult
 
 # AOTInductor generates its own kernels (fusions, other reduction orders): float32 results differ
@@ -70,7 +70,8 @@ def export_to_aoti(model, output_path=None, sample_input=None, *, rtol: float = 
         program = _capture(model, inputs)
         with _common.replacing(path) as partial:
             try:
-                torch._inductor.aoti_compile_and_package(program, package_path=partial)
+                with _cxx_runtime.one_runtime_for_inductor():
+                    torch._inductor.aoti_compile_and_package(program, package_path=partial)
             except Exception as error:  # inductor's own errors (compiler missing, an op it lacks)
                 raise RuntimeError(f"AOTInductor could not compile {type(model).__name__}: "
                                    f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from error
