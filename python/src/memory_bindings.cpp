@@ -134,6 +134,30 @@ void set_options(const memory::OffloadedOptimizer& self, double lr, double beta1
   }
 }
 
+
+// The state and options types of torch's Adam and of its AdamW, which OffloadedAdam and
+// OffloadedAdamW step the host copies with.
+struct AdamTypes {
+  using State = torch::optim::AdamParamState;
+  using Options = torch::optim::AdamOptions;
+};
+struct AdamWTypes {
+  using State = torch::optim::AdamWParamState;
+  using Options = torch::optim::AdamWOptions;
+};
+
+// Calls `visit` with AdamTypes or AdamWTypes, as the host optimizer itself is (adam_factory made it):
+// the state and options are cast to those types, so the kind is read from the optimizer, not passed.
+template <typename Visit>
+decltype(auto) with_adam_types(const memory::OffloadedOptimizer& self, Visit&& visit) {
+  const auto optimizers = self.host_optimizers();
+  TORCH_CHECK(!optimizers.empty(), "OffloadedOptimizer: no host optimizer");  // construction refuses no parameters
+  if (dynamic_cast<const torch::optim::AdamW*>(optimizers.front()) != nullptr) return visit(AdamWTypes{});
+  TORCH_CHECK(dynamic_cast<const torch::optim::Adam*>(optimizers.front()) != nullptr,
+              "OffloadedOptimizer: the host optimizer is neither torch's Adam nor its AdamW");
+  return visit(AdamTypes{});
+}
+
 }  // namespace
 
 void bind_memory(py::module_& m) {
@@ -153,29 +177,33 @@ void bind_memory(py::module_& m) {
           for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
         }
       })
-      // The Adam/AdamW state, for state_dict and load_state_dict (`adamw`: which of the two).
-      .def("state_summary", [](const memory::OffloadedOptimizer& self, bool adamw, size_t index) {
-        return adamw ? state_summary<torch::optim::AdamWParamState>(self, index)
-                     : state_summary<torch::optim::AdamParamState>(self, index);
+      // The Adam/AdamW state, for state_dict and load_state_dict.
+      .def("state_summary", [](const memory::OffloadedOptimizer& self, size_t index) {
+        return with_adam_types(self, [&](auto types) {
+          return state_summary<typename decltype(types)::State>(self, index);
+        });
       })
-      .def("copy_state_into", [](const memory::OffloadedOptimizer& self, bool adamw, size_t index, uintptr_t exp_avg,
+      .def("copy_state_into", [](const memory::OffloadedOptimizer& self, size_t index, uintptr_t exp_avg,
                                  uintptr_t exp_avg_sq, uintptr_t max_exp_avg_sq) {
-        adamw ? copy_state_into<torch::optim::AdamWParamState>(self, index, exp_avg, exp_avg_sq, max_exp_avg_sq)
-              : copy_state_into<torch::optim::AdamParamState>(self, index, exp_avg, exp_avg_sq, max_exp_avg_sq);
+        with_adam_types(self, [&](auto types) {
+          copy_state_into<typename decltype(types)::State>(self, index, exp_avg, exp_avg_sq, max_exp_avg_sq);
+        });
       })
-      .def("load_state", [](const memory::OffloadedOptimizer& self, bool adamw, size_t index, int64_t step,
-                            uintptr_t exp_avg, uintptr_t exp_avg_sq, uintptr_t max_exp_avg_sq) {
-        adamw ? load_state<torch::optim::AdamWParamState>(self, index, step, exp_avg, exp_avg_sq, max_exp_avg_sq)
-              : load_state<torch::optim::AdamParamState>(self, index, step, exp_avg, exp_avg_sq, max_exp_avg_sq);
+      .def("load_state", [](const memory::OffloadedOptimizer& self, size_t index, int64_t step, uintptr_t exp_avg,
+                            uintptr_t exp_avg_sq, uintptr_t max_exp_avg_sq) {
+        with_adam_types(self, [&](auto types) {
+          load_state<typename decltype(types)::State>(self, index, step, exp_avg, exp_avg_sq, max_exp_avg_sq);
+        });
       })
       .def("clear_state", [](const memory::OffloadedOptimizer& self, size_t index) {
         const auto [master, optimizer] = self.host_side_of(index);
         optimizer->state().erase(master.unsafeGetTensorImpl());
       })
-      .def("set_options", [](const memory::OffloadedOptimizer& self, bool adamw, double lr, double beta1, double beta2,
+      .def("set_options", [](const memory::OffloadedOptimizer& self, double lr, double beta1, double beta2,
                              double eps, double weight_decay, bool amsgrad) {
-        adamw ? set_options<torch::optim::AdamWOptions>(self, lr, beta1, beta2, eps, weight_decay, amsgrad)
-              : set_options<torch::optim::AdamOptions>(self, lr, beta1, beta2, eps, weight_decay, amsgrad);
+        with_adam_types(self, [&](auto types) {
+          set_options<typename decltype(types)::Options>(self, lr, beta1, beta2, eps, weight_decay, amsgrad);
+        });
       });
 
   py::class_<memory::CheckpointRegion>(m, "_CheckpointRegion")

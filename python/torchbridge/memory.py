@@ -155,7 +155,7 @@ class _OffloadedAdamFamily:
     seen. Not a torch.optim.Optimizer: one parameter group, and LR schedulers do not drive it (set
     ``lr`` instead). Parameters must be float32 and on one accelerator."""
 
-    _KIND = ""
+    STATE_FORMAT = ""  # the torch optimizer whose state it keeps ("Adam" or "AdamW"), as training-state files name it
     _DEFAULT_WEIGHT_DECAY = 0.0
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=None, amsgrad=False, *,
@@ -171,9 +171,9 @@ class _OffloadedAdamFamily:
         self._lr = float(lr)
         self._betas, self._eps = (float(beta1), float(beta2)), float(eps)
         self._weight_decay, self._amsgrad = float(weight_decay), bool(amsgrad)
-        self._impl = _C._OffloadedOptimizer([p._cdata for p in self.params], self._KIND, self._lr, float(beta1),
-                                            float(beta2), float(eps), float(weight_decay), bool(amsgrad),
-                                            int(bucket_bytes))
+        self._impl = _C._OffloadedOptimizer([p._cdata for p in self.params], self.STATE_FORMAT.lower(), self._lr,
+                                            float(beta1), float(beta2), float(eps), float(weight_decay),
+                                            bool(amsgrad), int(bucket_bytes))
 
     @property
     def lr(self) -> float:
@@ -201,22 +201,21 @@ class _OffloadedAdamFamily:
     def _hyperparameters(self) -> dict:
         return {"lr": self._lr, "betas": self._betas, "eps": self._eps, "weight_decay": self._weight_decay,
                 "amsgrad": self._amsgrad, "maximize": False, "foreach": None, "capturable": False,
-                "differentiable": False, "fused": None, "decoupled_weight_decay": self._KIND == "adamw"}
+                "differentiable": False, "fused": None, "decoupled_weight_decay": self.STATE_FORMAT == "AdamW"}
 
     def state_dict(self) -> dict:
         """``torch.optim.Adam``'s format (``AdamW``'s for OffloadedAdamW): per parameter index
         ``step``, ``exp_avg``, ``exp_avg_sq`` (and ``max_exp_avg_sq`` with amsgrad) as CPU tensors,
         and one parameter group."""
-        adamw = self._KIND == "adamw"
         state = {}
         for i, p in enumerate(self.params):
-            summary = self._impl.state_summary(adamw, i)
+            summary = self._impl.state_summary(i)
             if summary is None:  # no step yet, as torch's optimizers leave it out
                 continue
             step, has_max = summary
             names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if has_max else ())
             entry = {name: torch.empty(p.shape, dtype=torch.float32) for name in names}
-            self._impl.copy_state_into(adamw, i, entry["exp_avg"]._cdata, entry["exp_avg_sq"]._cdata,
+            self._impl.copy_state_into(i, entry["exp_avg"]._cdata, entry["exp_avg_sq"]._cdata,
                                        entry["max_exp_avg_sq"]._cdata if has_max else 0)
             state[i] = {"step": torch.tensor(float(step)), **entry}
         return {"state": state, "param_groups": [{**self._hyperparameters(), "params": list(range(len(self.params)))}]}
@@ -224,17 +223,16 @@ class _OffloadedAdamFamily:
     def load_state_dict(self, state_dict: dict) -> None:
         """Takes what ``state_dict`` returns, or ``torch.optim.Adam``'s / ``AdamW``'s for the same
         parameters in the same order. Everything is checked before anything changes."""
-        adamw = self._KIND == "adamw"
         (lr, beta1, beta2, eps, weight_decay, amsgrad), entries = _checked_adam_state(
-            state_dict, self.params, type(self).__name__, adamw)
+            state_dict, self.params, type(self).__name__, self.STATE_FORMAT == "AdamW")
         # Nothing below raises for checked values: the tensors are CPU float32 of the right shapes.
-        self._impl.set_options(adamw, lr, beta1, beta2, eps, weight_decay, amsgrad)
+        self._impl.set_options(lr, beta1, beta2, eps, weight_decay, amsgrad)
         for i, entry in enumerate(entries):
             if entry is None:
                 self._impl.clear_state(i)
                 continue
             tensors = [entry["exp_avg"], entry["exp_avg_sq"], entry.get("max_exp_avg_sq")]
-            self._impl.load_state(adamw, i, entry["step"], tensors[0]._cdata, tensors[1]._cdata,
+            self._impl.load_state(i, entry["step"], tensors[0]._cdata, tensors[1]._cdata,
                                   0 if tensors[2] is None else tensors[2]._cdata)
         self._lr, self._betas, self._eps = lr, (beta1, beta2), eps
         self._weight_decay, self._amsgrad = weight_decay, amsgrad
@@ -334,13 +332,11 @@ def _checked_adam_state(state_dict, params, owner: str, adamw: bool):
 
 class OffloadedAdam(_OffloadedAdamFamily):
     __doc__ = _OffloadedAdamFamily.__doc__
-    _KIND = "adam"
-    STATE_FORMAT = "Adam"  # the torch optimizer whose state it keeps, as training-state files name it
+    STATE_FORMAT = "Adam"
     _DEFAULT_WEIGHT_DECAY = 0.0
 
 
 class OffloadedAdamW(_OffloadedAdamFamily):
     __doc__ = _OffloadedAdamFamily.__doc__
-    _KIND = "adamw"
     STATE_FORMAT = "AdamW"
     _DEFAULT_WEIGHT_DECAY = 1e-2

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace torchbridge::memory {
 
@@ -86,8 +87,8 @@ void check_still_the_same_kind(size_t index, const at::Tensor& parameter, const 
   TORCH_CHECK_VALUE(parameter.device() == device && parameter.scalar_type() == at::kFloat &&
                         parameter.sizes() == master.sizes(),
                     "OffloadedOptimizer: parameter ", index, " is now ", c10::toString(parameter.scalar_type()), " ",
-                    parameter.sizes(), " on ", parameter.device(), ", but was ", c10::toString(at::kFloat), " ", master.sizes(), " on ", device,
-                    " when the optimizer was built; its master copy and state have that shape, so build a new "
+                    parameter.sizes(), " on ", parameter.device(), ", but was ", c10::toString(at::kFloat), " ",
+                    master.sizes(), " on ", device, " when the optimizer was built; its master copy and state have that shape, so build a new "
                     "optimizer for the changed parameters");
 }
 
@@ -132,12 +133,15 @@ void OffloadedOptimizer::step() {
   const c10::Stream side = streams.getStreamFromGlobalPool(device_);
 
   // Gradients down: every copy queued at once on the side stream, after the backward pass's work.
-  // Parameters written since the last step: checked before anything is queued, copied down below.
+  // Parameters written since the last step (by index into parameters_): checked before anything is
+  // queued, copied down below.
+  std::vector<bool> written(parameters_.size(), false);
   for (auto& bucket : buckets_) {
     for (size_t k = 0; k < bucket->indices.size(); ++k) {
       const at::Tensor& parameter = parameters_[bucket->indices[k]];
       if (!bucket->synced[k].matches(parameter)) {
         check_still_the_same_kind(bucket->indices[k], parameter, bucket->host_params[k], device_);
+        written[bucket->indices[k]] = true;
       }
     }
   }
@@ -149,7 +153,7 @@ void OffloadedOptimizer::step() {
     for (auto& bucket : buckets_) {
       for (size_t k = 0; k < bucket->indices.size(); ++k) {
         const at::Tensor& parameter = parameters_[bucket->indices[k]];
-        if (!bucket->synced[k].matches(parameter)) {
+        if (written[bucket->indices[k]]) {
           bucket->host_params[k].copy_(parameter.detach(), /*non_blocking=*/true);
         }
         const at::Tensor& grad = parameter.grad();

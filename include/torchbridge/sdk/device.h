@@ -51,8 +51,8 @@ int stream_priority(const c10::Stream& stream);
 // its total memory, as torch.cuda.set_per_process_memory_fraction caps CUDA's: a segment that would
 // take the bytes reserved on that device past the cap is refused like one the device has no room
 // for (the cache is freed, then OutOfMemoryError, naming the cap). Reserved bytes above a new, lower
-// cap stay; each later segment is refused until enough is freed to fit under it. Default 1. c10::ValueError for a fraction
-// outside [0, 1], c10::IndexError for a device the runtime does not have.
+// cap stay; each later segment is refused until enough is freed to fit under it. Default 1.
+// c10::ValueError for a fraction outside [0, 1], c10::IndexError for a device the runtime does not have.
 void set_memory_fraction(double fraction, int index);
 double memory_fraction(int index);
 
