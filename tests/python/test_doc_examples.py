@@ -2,11 +2,13 @@
 documentation cannot drift from the code.
 
 Each ```python block runs in a fresh interpreter (redirection and device loading are once per
-process) in an empty directory, with TORCHBRIDGE_BACKEND naming the backend, after a prelude that
-defines the stand-ins examples leave to the reader (``YourModel``, ``model``, ``x``,
-``train_loader``, ``criterion``, ``optimizer``, ``backend``). A block that cannot run here is listed in SKIPPED
-with the reason; an unlisted block that fails, or a listed one that no longer exists, fails."""
+process) in an empty directory, several at once on a machine with many cores, with
+TORCHBRIDGE_BACKEND naming the backend, after a prelude that defines the stand-ins examples leave
+to the reader (``YourModel``, ``model``, ``x``, ``train_loader``, ``criterion``, ``optimizer``,
+``backend``). A block that cannot run here is listed in SKIPPED with the reason; an unlisted block
+that fails, or a listed one that no longer exists, fails."""
 
+import concurrent.futures
 import os
 import pathlib
 import re
@@ -102,15 +104,38 @@ def test_the_documents_have_examples():
     assert {"README.md", "docs/python-api.md", "docs/torchdevice-migration.md"} <= documents
 
 
+def run_example(folder, code: str, backend: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TORCHBRIDGE_BACKEND=backend, TORCHBRIDGE_EMU_GUARDED="1")
+    env.pop("TORCHBRIDGE_LOAD_DEVICE", None)
+    return subprocess.run([sys.executable, "-c", PRELUDE + "\n" + code], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def started_examples(request, tmp_path_factory):
+    """Every selected example that runs here, started in the background, half as many at a time as
+    this process may use cores (one at a time on the 2-core VM, as before): each is its own
+    interpreter, and 58 one after another never finished within a lent GPU machine's budget."""
+    workers = max(1, len(os.sched_getaffinity(0)) // 2) if hasattr(os, "sched_getaffinity") else 1
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+    started = {}
+    for item in request.session.items:
+        if getattr(item, "originalname", None) != "test_example_runs":
+            continue
+        p = item.callspec.params
+        if skip_reason(p["document"], p["code"], p["backend"]) is None:
+            started[(p["document"], p["line"], p["backend"])] = pool.submit(
+                run_example, tmp_path_factory.mktemp("example"), p["code"], p["backend"])
+    yield started
+    pool.shutdown(cancel_futures=True)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("document,line,code", BLOCKS, ids=[f"{doc}:{line}" for doc, line, _ in BLOCKS])
-def test_example_runs(tmp_path, document, line, code, backend):
+def test_example_runs(started_examples, document, line, code, backend):
     reason = skip_reason(document, code, backend)
     if reason:
         pytest.skip(reason)
-    env = dict(os.environ, TORCHBRIDGE_BACKEND=backend, TORCHBRIDGE_EMU_GUARDED="1")
-    env.pop("TORCHBRIDGE_LOAD_DEVICE", None)
-    result = subprocess.run([sys.executable, "-c", PRELUDE + "\n" + code], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = started_examples[(document, line, backend)].result()
     assert result.returncode == 0, (f"{document}:{line} failed on {backend} (exit {result.returncode}):\n"
                                     f"{code}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}")
