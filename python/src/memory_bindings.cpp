@@ -134,7 +134,6 @@ void set_options(const memory::OffloadedOptimizer& self, double lr, double beta1
   }
 }
 
-
 // The state and options types of torch's Adam and of its AdamW, which OffloadedAdam and
 // OffloadedAdamW step the host copies with.
 struct AdamTypes {

@@ -28,8 +28,8 @@ _PROBE_SOURCE = ('#include <sstream>\n#include <string>\n'
 
 @functools.cache
 def links_runtime_statically(compiler: str) -> bool:
-    """Whether ``compiler`` copies the C++ runtime into the shared libraries it links (only GCC and
-    Clang on Linux are asked; anything else is left to inductor as it is)."""
+    """Whether ``compiler`` copies the C++ runtime into the shared libraries it links. Asked on Linux
+    only (ELF libraries, readelf); elsewhere False, and inductor is left as it is."""
     if not sys.platform.startswith("linux"):
         return False
     readelf = shutil.which("readelf")
