@@ -191,10 +191,12 @@ def test_without_the_wait_for_the_copy_back_the_gradients_are_wrong():
         def __init__(self, ballast_copies, **kwargs):
             super().__init__(**kwargs)
             self.ballast_copies, self.ballast_elements = ballast_copies, 1 << 20
-            self.there_when_read = []
+            self.there_when_read, self.pinned = [], []
 
-        def _compute_waits_for(self, record):
-            self.there_when_read.append(record.arrived.query())  # not waited for: only noted, for the message
+        def _compute_waits_for(self, record):  # not waited for: only noted, for the message
+            self.there_when_read.append(record.arrived.query())
+            # An unpinned host copy would make the copy back blocking, hence never late.
+            self.pinned.append(record.host.is_pinned())
 
     import contextlib
     model = make_model(EMU)
@@ -213,4 +215,5 @@ def test_without_the_wait_for_the_copy_back_the_gradients_are_wrong():
         assert not all(torch.equal(e, a) for e, a in zip(expected[1], actual[1])), \
             f"attempt {attempt}: right gradients without the wait; {sum(context.there_when_read)} of " \
             f"{len(context.there_when_read)} copies back had landed when backward read them (the side stream " \
-            f"had {ballast_copies} copies of 4 MiB queued ahead of each, 10 steps' worth or at most 4096)"
+            f"had {ballast_copies} copies of 4 MiB queued ahead of each, 10 steps' worth or at most 4096); " \
+            f"{sum(context.pinned)} of {len(context.pinned)} host copies were pinned"
