@@ -88,7 +88,8 @@ void check_still_the_same_kind(size_t index, const at::Tensor& parameter, const 
                         parameter.sizes() == master.sizes(),
                     "OffloadedOptimizer: parameter ", index, " is now ", c10::toString(parameter.scalar_type()), " ",
                     parameter.sizes(), " on ", parameter.device(), ", but was ", c10::toString(at::kFloat), " ",
-                    master.sizes(), " on ", device, " when the optimizer was built; its master copy and state have that shape, so build a new "
+                    master.sizes(), " on ", device,
+                    " when the optimizer was built; its master copy and state have that shape, so build a new "
                     "optimizer for the changed parameters");
 }
 

@@ -8,34 +8,44 @@ loaded, and the two copies' locale state disagrees: on the H200 (2026-11-27) loa
 died by SIGSEGV in ``std::regex``, inside the library's own ``parse_device_str``; the same
 emulated here with ``-static-libstdc++`` throws ``std::bad_cast``. cmake/OneCxxRuntime.cmake
 handles the same toolchain for TorchBridge's own libraries, in the same way: the runtime torch
-uses goes on the link line, ahead of the toolchain's static archive, which then adds nothing.
+uses goes on the link line ahead of the toolchain's static archive, which then only supplies
+what that runtime lacks (nothing, unless the compiler's libstdc++ is newer than the process's).
 """
 
 import contextlib
 import functools
+import hashlib
 import os
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import warnings
 
 # Uses the C++ runtime (a stream and a string), so a toolchain that links it dynamically must
 # record libstdc++.so.6 (or libc++.so) as needed even under --as-needed.
 _PROBE_SOURCE = ('#include <sstream>\n#include <string>\n'
                  'std::string torchbridge_probe(long v) { std::ostringstream s; s << v; return s.str(); }\n')
 
+# inductor's compiler setting is process-wide: two exports in two threads would restore it under
+# each other's compile.
+_PATCHING = threading.Lock()
+
 
 @functools.cache
 def links_runtime_statically(compiler: str) -> bool:
     """Whether ``compiler`` copies the C++ runtime into the shared libraries it links. Asked on Linux
-    only (ELF libraries, readelf); elsewhere False, and inductor is left as it is."""
+    only (ELF libraries, readelf); elsewhere, or without readelf (with a warning), False."""
     if not sys.platform.startswith("linux"):
         return False
     readelf = shutil.which("readelf")
-    if readelf is None:  # binutils comes with every toolchain that can link on Linux
-        raise RuntimeError(f"readelf (binutils) is missing, so whether {compiler} links libstdc++ statically into "
-                           "shared libraries cannot be checked; install binutils")
+    if readelf is None:
+        warnings.warn(f"readelf (binutils) is missing, so whether {compiler} links libstdc++ statically into shared "
+                      "libraries is not checked; if it does, the AOTInductor package may crash when loaded "
+                      "(deployment/_cxx_runtime.py)", RuntimeWarning, stacklevel=3)
+        return False
     with tempfile.TemporaryDirectory(prefix="torchbridge-cxx-probe-") as folder:
         source, library = os.path.join(folder, "probe.cpp"), os.path.join(folder, "probe.so")
         with open(source, "w") as f:
@@ -54,22 +64,62 @@ def runtime_of_this_process() -> "str | None":
         with open("/proc/self/maps") as maps:
             for line in maps:
                 fields = line.split(maxsplit=5)  # address, perms, offset, dev, inode, then the path
-                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith("libstdc++.so"):
-                    return fields[5].strip()
+                if len(fields) < 6:
+                    continue
+                path = fields[5].strip()
+                # " (deleted)": the file was replaced after it was loaded; that one cannot be linked.
+                if os.path.basename(path).startswith("libstdc++.so") and os.path.isfile(path):
+                    return path
     except OSError:
         return None
     return None
 
 
+def _wrapper_for(real: str, runtime: str) -> str:
+    """A script that runs ``real`` and appends ``runtime`` to every shared-library link. It lives
+    in inductor's cache folder (where inductor's own libraries are, so it can be executed), at a
+    path fixed by compiler and runtime (inductor's cache keys and packages name the compiler), and
+    ends with ``real``'s own path, because inductor tells GCC from Clang by the compiler's path."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+        base = cache_dir()
+    except ImportError:  # an inductor without this module: its default folder
+        base = os.path.join(tempfile.gettempdir(), "torchinductor_" + str(os.getuid()))
+    digest = hashlib.sha256(f"{real}\0{runtime}".encode()).hexdigest()[:16]  # hex: no "gcc" or "clang" in it
+    wrapper = os.path.join(base, "torchbridge-cxx", digest, real.lstrip(os.sep))
+    script = ("#!/bin/sh\n"
+              f"# TorchBridge: {real} links libstdc++ statically; link shared libraries against {runtime}\n"
+              'for argument in "$@"; do\n'
+              f'  [ "$argument" = -shared ] && exec {shlex.quote(real)} "$@" {shlex.quote(runtime)}\n'
+              "done\n"
+              f'exec {shlex.quote(real)} "$@"\n')
+    try:
+        with open(wrapper) as f:
+            if f.read() == script and os.access(wrapper, os.X_OK):
+                return wrapper
+    except OSError:
+        pass
+    os.makedirs(os.path.dirname(wrapper), exist_ok=True)
+    partial = f"{wrapper}.{os.getpid()}.partial"  # another process may write the same script
+    with open(partial, "w") as f:
+        f.write(script)
+    os.chmod(partial, 0o755)
+    os.replace(partial, wrapper)
+    return wrapper
+
+
 @contextlib.contextmanager
 def one_runtime_for_inductor():
     """Within the block, inductor links its shared libraries against this process's libstdc++ when
-    its compiler would copy the runtime into them; with any other compiler nothing changes. The
-    compiler is wrapped by a script, named as the compiler is (inductor tells GCC from Clang by
-    the name), that appends the runtime only to a shared library's link."""
+    its compiler would copy the runtime into them; with any other compiler, when inductor only
+    writes C++ sources (package_cpp_only) or cross-compiles, nothing changes."""
     import torch._inductor.config as inductor_config
     from torch._inductor import cpp_builder
 
+    aoti = inductor_config.aot_inductor
+    if getattr(aoti, "package_cpp_only", False) or getattr(aoti, "cross_target_platform", None):
+        yield
+        return
     compiler = cpp_builder.get_cpp_compiler()
     if not links_runtime_statically(compiler):
         yield
@@ -80,16 +130,13 @@ def one_runtime_for_inductor():
                            "shared libstdc++ to link them against instead; a second copy of the C++ runtime in "
                            "the process breaks locales (a crash loading the package). Set CXX to a compiler that "
                            "links libstdc++ dynamically")
-    real = shutil.which(compiler) or compiler
-    with tempfile.TemporaryDirectory(prefix="torchbridge-cxx-") as folder:
-        wrapper = os.path.join(folder, os.path.basename(real))
-        with open(wrapper, "w") as f:
-            f.write("#!/bin/sh\n"
-                    f"# TorchBridge: {real} links libstdc++ statically; link shared libraries against {runtime}\n"
-                    'for argument in "$@"; do\n'
-                    f'  [ "$argument" = -shared ] && exec {shlex.quote(real)} "$@" {shlex.quote(runtime)}\n'
-                    "done\n"
-                    f'exec {shlex.quote(real)} "$@"\n')
-        os.chmod(wrapper, 0o755)
-        with inductor_config.patch({"cpp.cxx": (wrapper,)}):
-            yield
+    real = os.path.abspath(shutil.which(compiler) or compiler)  # inductor runs it from other folders
+    wrapper = _wrapper_for(real, runtime)
+    for kind in ("_is_gcc", "_is_clang"):  # the wrapper's path must read as the same compiler
+        tell = getattr(cpp_builder, kind, None)
+        if tell is not None and tell(wrapper) != tell(real):
+            raise RuntimeError(f"the compiler wrapper {wrapper} would not be taken for the same kind of compiler as "
+                               f"{real} by inductor ({kind}); set TORCHINDUCTOR_CACHE_DIR to a folder whose path "
+                               "contains neither 'gcc' nor 'clang'")
+    with _PATCHING, inductor_config.patch({"cpp.cxx": (wrapper,)}):
+        yield
