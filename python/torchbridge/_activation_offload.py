@@ -12,6 +12,8 @@ import weakref
 import torch
 from torch.autograd.graph import saved_tensors_hooks
 
+from . import _C
+
 
 class _Offloaded:
     """One saved tensor while it lives on the host."""
@@ -89,7 +91,10 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
             return tensor
         self._check_pinned_memory(tensor.device)
         side = self._side_waits_for_compute(tensor.device)
-        host = torch.empty_like(tensor, device="cpu", pin_memory=True)
+        # Pinned by the tensor's own device type: pin_memory=True would pin for CUDA whenever the
+        # machine has CUDA, and an SDK device copies CUDA's pinned memory synchronously.
+        host = torch.empty(0, dtype=tensor.dtype)
+        _C._pin_host_like(host._cdata, tensor._cdata)
         with side:
             host.copy_(tensor, non_blocking=True)
         tensor.record_stream(side)

@@ -1,6 +1,7 @@
 // Optimizer-state offload (offloaded_optimizer.h): host optimizers over pinned master copies,
 // gradients down and parameters up on a side stream, one bucket at a time.
 #include <torchbridge/memory/offloaded_optimizer.h>
+#include <torchbridge/memory/pinned_host.h>
 
 #include <ATen/ATen.h>
 #include <ATen/DeviceAccelerator.h>
@@ -93,10 +94,6 @@ void check_still_the_same_kind(size_t index, const at::Tensor& parameter, const 
                     "optimizer for the changed parameters");
 }
 
-at::Tensor pinned_like(const at::Tensor& t) {
-  return at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).device(c10::kCPU).pinned_memory(true));
-}
-
 }  // namespace
 
 OffloadedOptimizer::OffloadedOptimizer(std::vector<at::Tensor> parameters, Factory factory, OffloadOptions options)
@@ -112,11 +109,11 @@ OffloadedOptimizer::OffloadedOptimizer(std::vector<at::Tensor> parameters, Facto
     }
     Bucket& bucket = *buckets_.back();
     const at::Tensor& p = parameters_[i];
-    at::Tensor master = pinned_like(p);
+    at::Tensor master = pinned_host_like(p, device_.type());
     master.copy_(p.detach());
     bucket.indices.push_back(i);
     bucket.host_params.push_back(master);
-    bucket.host_grads.push_back(pinned_like(p));
+    bucket.host_grads.push_back(pinned_host_like(p, device_.type()));
     bucket.synced.emplace_back(p);
     filled += p.numel() * static_cast<int64_t>(p.element_size());
   }

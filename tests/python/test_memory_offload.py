@@ -114,6 +114,28 @@ def test_the_saved_activations_leave_the_device():
     assert offloaded < 0.3 * plain, (plain, offloaded)
 
 
+def test_the_host_copies_are_pinned_for_the_device_also_on_a_machine_with_cuda():
+    """torch's pin_memory=True pins for CUDA whenever the machine has CUDA, even with emu as the
+    process's accelerator, and emu copies CUDA's pinned memory as pageable memory, synchronously: on
+    a GPU machine the offload's copies would never overlap anything (the likely reason the control
+    below kept winning its race on the H200). The host copies must be pinned for emu itself."""
+    hosts = []
+
+    class Recording(offload_activations):
+        def _pack(self, tensor):
+            packed = super()._pack(tensor)
+            if packed is not tensor:
+                hosts.append(packed.host)
+            return packed
+
+    model = make_model(EMU)
+    x = torch.randn(32, 64, device=EMU, requires_grad=True)
+    train_step(model, x, Recording(min_bytes=1024))
+    assert hosts
+    # is_pinned() asks the process's accelerator, emu, through torch's Context
+    assert all(host.is_pinned() for host in hosts), f"{sum(h.is_pinned() for h in hosts)} of {len(hosts)} pinned"
+
+
 def test_bad_options_are_refused():
     with pytest.raises(ValueError, match="min_bytes must be a non-negative int, got -1"):
         offload_activations(min_bytes=-1)

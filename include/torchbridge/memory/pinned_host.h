@@ -1,0 +1,21 @@
+#pragma once
+// Host memory pinned for one device type's copies.
+//
+// `at::empty(..., pinned_memory(true))` and Python's `torch.empty(..., pin_memory=True)` pin for
+// CUDA whenever the process has CUDA, even when another accelerator (an SDK device registered as
+// PrivateUse1) is the process's (ATen's EmptyTensor.cpp prefers CUDA). An SDK device does not
+// know CUDA's pinned blocks: it copies them as pageable memory, synchronously, so an offload that
+// relies on asynchronous copies silently loses its overlap on a machine with a GPU. This takes the
+// pinned allocator of the device type named, whatever else the process has.
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/DeviceType.h>
+
+namespace torchbridge::memory {
+
+// An uninitialised CPU tensor with `like`'s sizes and dtype (and its strides where `like` is dense,
+// as empty_like keeps them), in host memory pinned by `device_type`'s pinned allocator. Raises
+// naming the device type when torch has no pinned allocator for it.
+at::Tensor pinned_host_like(const at::Tensor& like, c10::DeviceType device_type);
+
+}  // namespace torchbridge::memory

@@ -1,0 +1,35 @@
+// pinned_host_like (include/torchbridge/memory/pinned_host.h).
+#include <torchbridge/memory/pinned_host.h>
+
+#include <ATen/Context.h>
+#include <ATen/DeviceAccelerator.h>
+#include <ATen/EmptyTensor.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/DispatchKeySet.h>
+#include <c10/util/DimVector.h>
+#include <c10/util/Exception.h>
+#include <c10/util/strides.h>
+
+#include <string>
+
+namespace torchbridge::memory {
+
+at::Tensor pinned_host_like(const at::Tensor& like, c10::DeviceType device_type) {
+  TORCH_CHECK_VALUE(like.defined(), "pinned_host_like: an undefined tensor was given");
+  const std::string name = c10::DeviceTypeName(device_type, /*lower_case=*/true);
+  TORCH_CHECK_VALUE(at::isAccelerator(device_type), "pinned_host_like: ", name,
+                    " is not an accelerator, and host memory is pinned for an accelerator's copies");
+  c10::Allocator* allocator = nullptr;
+  try {
+    allocator = at::globalContext().getPinnedMemoryAllocator(device_type);
+  } catch (const c10::Error& e) {  // a torch without that accelerator, no driver, nothing registered
+    TORCH_CHECK_VALUE(false, "pinned_host_like: torch has no pinned host memory for ", name, " in this process: ",
+                      e.what_without_backtrace());
+  }
+  const c10::DimVector strides =
+      like.is_non_overlapping_and_dense() ? c10::DimVector(like.strides()) : c10::contiguous_strides(like.sizes());
+  return at::detail::empty_strided_generic(like.sizes(), strides, allocator,
+                                           c10::DispatchKeySet(c10::DispatchKey::CPU), like.scalar_type());
+}
+
+}  // namespace torchbridge::memory
