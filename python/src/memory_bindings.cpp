@@ -150,10 +150,10 @@ struct AdamWTypes {
 // the state and options are cast to those types, so the kind is read from the optimizer, not passed.
 template <typename Visit>
 decltype(auto) with_adam_types(const memory::OffloadedOptimizer& self, Visit&& visit) {
-  const auto optimizers = self.host_optimizers();
-  TORCH_CHECK(!optimizers.empty(), "OffloadedOptimizer: no host optimizer");  // construction refuses no parameters
-  if (dynamic_cast<const torch::optim::AdamW*>(optimizers.front()) != nullptr) return visit(AdamWTypes{});
-  TORCH_CHECK(dynamic_cast<const torch::optim::Adam*>(optimizers.front()) != nullptr,
+  // Every bucket's optimizer came from the same factory; parameter 0 exists (construction refuses none).
+  const torch::optim::Optimizer* optimizer = self.host_side_of(0).second;
+  if (dynamic_cast<const torch::optim::AdamW*>(optimizer) != nullptr) return visit(AdamWTypes{});
+  TORCH_CHECK(dynamic_cast<const torch::optim::Adam*>(optimizer) != nullptr,
               "OffloadedOptimizer: the host optimizer is neither torch's Adam nor its AdamW");
   return visit(AdamTypes{});
 }
