@@ -61,7 +61,9 @@ int main(int argc, char** argv) {
 
     const auto options = at::TensorOptions().dtype(at::kByte);
     at::Tensor on_device = at::empty({bytes}, options.device(device));
-    at::Tensor pinned = at::ones({bytes}, options.pinned_memory(true));
+    // pin_memory() pins for the process's accelerator, cudasdk: its runtime's host_malloc. (ATen's
+    // pinned_memory(true) would take CUDA's pinned allocator, since the process has CUDA.)
+    at::Tensor pinned = at::ones({bytes}, options).pin_memory();
     at::Tensor pageable = at::ones({bytes}, options);
 
     std::printf("cudasdk_copy_benchmark: %lld MiB, median of %d, cudasdk vs cudaMemcpy\n", (long long)mib, repeats);
