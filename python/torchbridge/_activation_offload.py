@@ -53,7 +53,7 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
         self.min_bytes = min_bytes
         self.prefetch = prefetch
         self._side_streams = {}
-        self._pinnable = set()  # devices _check_pinned_memory has accepted
+        self._accepted = set()  # devices _check_on_the_accelerator has accepted
         self._saved = []  # weak references, in forward order
         super().__init__(self._pack, self._unpack)
 
@@ -69,19 +69,19 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
         side.wait_event(ready)
         return side
 
-    def _check_pinned_memory(self, device):
-        # Torch pins host memory for the process's accelerator only; without pinned memory the copies
-        # would be synchronous, and the overlap that makes offload worth it would be gone.
-        if device in self._pinnable:
+    def _check_on_the_accelerator(self, device):
+        # The copies run on torch.accelerator's streams and events, which serve the process's
+        # accelerator only, into host memory pinned for that device type.
+        if device in self._accepted:
             return
         accelerator = torch.accelerator.current_accelerator()
         if accelerator is None or accelerator.type != device.type:
+            name = accelerator.type if accelerator is not None else "none"
             raise RuntimeError(
-                f"offload_activations: a saved tensor is on {device}, but torch pins host memory only for this "
-                f"process's accelerator ({accelerator.type if accelerator is not None else 'none'}), and offload "
-                f"needs pinned memory to copy asynchronously; run the block on that accelerator or without "
-                f"offload_activations")
-        self._pinnable.add(device)
+                f"offload_activations: a saved tensor is on {device}, but this process's accelerator is {name}, "
+                f"and offload runs on the accelerator's devices only (its copies are ordered by "
+                f"torch.accelerator's streams and events); run the block on {name} or without offload_activations")
+        self._accepted.add(device)
 
     def _pack(self, tensor):
         base = tensor if tensor._base is None else tensor._base
@@ -89,7 +89,7 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
                 or tensor.numel() * tensor.element_size() < self.min_bytes
                 or (base.is_leaf and base.requires_grad)):
             return tensor
-        self._check_pinned_memory(tensor.device)
+        self._check_on_the_accelerator(tensor.device)
         side = self._side_waits_for_compute(tensor.device)
         # Pinned by the tensor's own device type: pin_memory=True would pin for CUDA whenever the
         # machine has CUDA, and an SDK device copies CUDA's pinned memory synchronously.

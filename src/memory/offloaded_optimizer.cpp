@@ -72,14 +72,15 @@ c10::Device device_of(const std::vector<at::Tensor>& parameters) {
                       c10::toString(p.scalar_type()), "; float32 parameters are supported (the host copies are the "
                       "float32 masters)");
   }
-  // Torch pins host memory for the process's accelerator only (at::getAccelerator); without it the
-  // copies could not overlap the CPU's work, which is the point of offloading.
+  // Offload runs on the process's accelerator (at::getAccelerator): the side stream, events and
+  // pinned host memory of its devices are the combination built and tested.
   const std::optional<c10::DeviceType> accelerator = at::getAccelerator(/*checked=*/false);
+  const std::string name =
+      accelerator ? c10::DeviceTypeName(*accelerator, /*lower_case=*/true) : std::string("none");
   TORCH_CHECK_VALUE(accelerator == device.type(), "OffloadedOptimizer: the parameters are on ", device,
-                    ", but torch pins host memory only for this process's accelerator (",
-                    accelerator ? c10::DeviceTypeName(*accelerator, /*lower_case=*/true) : std::string("none"),
-                    "), and offload needs pinned memory to copy asynchronously; offload from that accelerator's "
-                    "devices, or keep the optimizer on ", device);
+                    ", but this process's accelerator is ", name, ", and offload runs on the accelerator's devices "
+                    "only (its side stream, events and pinned host memory); offload from ", name,
+                    "'s devices, or keep the optimizer on ", device);
   return device;
 }
 

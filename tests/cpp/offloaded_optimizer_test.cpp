@@ -150,10 +150,10 @@ TEST_F(OffloadedOptimizerTest, BadParametersAreRefused) {
   expect_error([&] { OffloadedOptimizer({at::zeros({4}, emu()), at::zeros({4}, emu()).to(at::kHalf)}, make); },
                "parameter 1 is Half; float32 parameters are supported");
   expect_error([&] { OffloadedOptimizer({}, make); }, "no parameters were given");
-  // meta has no pinned host memory (nor does any device but the process's accelerator, here emu)
+  // meta is not the process's accelerator (emu is)
   expect_error([&] { OffloadedOptimizer({at::zeros({4}, at::TensorOptions().device(c10::kMeta))}, make); },
-               "the parameters are on meta, but torch pins host memory only for this process's accelerator "
-               "(emu)");
+               "the parameters are on meta, but this process's accelerator is emu, and offload runs on the "
+               "accelerator's devices only");
   expect_error([&] { OffloadedOptimizer({at::zeros({4}, emu())}, make, {0}); }, "bucket_bytes must be positive, got 0");
 }
 

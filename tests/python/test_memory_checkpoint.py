@@ -189,11 +189,11 @@ def test_a_region_nothing_in_it_trains_runs_with_a_warning_as_torchs_would_witho
         y.sum().backward()
 
 
-def test_offloading_the_state_of_parameters_without_pinned_host_memory_is_refused():
+def test_offloading_the_state_of_parameters_off_the_accelerator_is_refused():
     from torchbridge.memory import OffloadedAdamW
 
-    with pytest.raises(ValueError, match=r"the parameters are on meta, but torch pins host memory only for this "
-                                         r"process's accelerator \(emu\)"):
+    with pytest.raises(ValueError, match=r"the parameters are on meta, but this process's accelerator is emu, and "
+                                         r"offload runs on the accelerator's devices only"):
         OffloadedAdamW(nn.Linear(2, 2, device="meta").parameters())
 
 
