@@ -88,6 +88,11 @@ std::string ChildResult::last_error_line() const {
 ChildResult run_self(const std::vector<std::string>& args, const std::vector<std::string>& extra_env) {
   std::vector<std::string> argv_text = self_invocation();
   argv_text.insert(argv_text.end(), args.begin(), args.end());
+  return run_program(std::move(argv_text), extra_env);
+}
+
+ChildResult run_program(std::vector<std::string> argv_text, const std::vector<std::string>& extra_env) {
+  if (argv_text.empty()) throw std::invalid_argument("run_program: the command is empty");
   std::vector<char*> argv;
   for (auto& a : argv_text) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -110,7 +115,8 @@ ChildResult run_self(const std::vector<std::string>& args, const std::vector<std
   posix_spawn_file_actions_adddup2(&actions, out.fd[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, err.fd[1], STDERR_FILENO);
   pid_t pid = 0;
-  const int spawn_error = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  // posix_spawnp: a bare name is looked up on PATH (a compiler), a path is used as it is (this tool).
+  const int spawn_error = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   if (spawn_error != 0) {
     throw std::runtime_error("cannot start " + argv_text[0] + ": " + std::strerror(spawn_error));

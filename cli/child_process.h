@@ -28,4 +28,8 @@ struct ChildResult {
 // ("NAME=value" entries, overriding), capturing stdout and stderr; waits for it to end.
 ChildResult run_self(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {});
 
+// Runs `argv` (argv[0] a path, or a name looked up on PATH) the same way. Throws std::runtime_error
+// naming the program when it cannot be started (not found, not executable).
+ChildResult run_program(std::vector<std::string> argv, const std::vector<std::string>& extra_env = {});
+
 }  // namespace torchbridge::cli

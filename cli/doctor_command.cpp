@@ -3,6 +3,7 @@
 // Exit code: 0 healthy, 1 at least one failure, 2 warnings only.
 #include "arguments.h"
 #include "commands.h"
+#include "compiler_runtime.h"
 #include "text_format.h"
 
 #include <torchbridge/health.h>
@@ -74,7 +75,7 @@ std::string shared_object_of(const void* address) {
 const char* const kEnvironmentOverrides[] = {
     "TORCHBRIDGE_BACKEND",     "TORCHBRIDGE_LOG_LEVEL",  "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
     "HIP_VISIBLE_DEVICES",     "ROCR_VISIBLE_DEVICES",   "ZE_AFFINITY_MASK",     "PYTORCH_CUDA_ALLOC_CONF",
-    "PYTORCH_ENABLE_MPS_FALLBACK", "OMP_NUM_THREADS",    "MKL_NUM_THREADS"};
+    "PYTORCH_ENABLE_MPS_FALLBACK", "OMP_NUM_THREADS",    "MKL_NUM_THREADS",      "CXX"};
 
 std::vector<Check> library_checks() {
   std::vector<Check> checks;
@@ -162,6 +163,39 @@ std::vector<Check> environment_checks(nlohmann::json& overrides) {
   return checks;
 }
 
+// Warns where the compiler torch's inductor uses would give the libraries it builds a C++ runtime of
+// their own (compiler_runtime.h); a machine without a compiler has nothing that could.
+Check compiler_runtime_check() {
+  const CompilerRuntime probe = probe_compiler_runtime();
+  const std::string& cxx = probe.compiler;
+  switch (probe.kind) {
+    case CompilerRuntime::Kind::shared:
+      return {"C++ compiler runtime", Outcome::kOk,
+              cxx + " links the shared C++ runtime into the libraries it builds, as torch's own libraries do",
+              std::nullopt};
+    case CompilerRuntime::Kind::copied:
+      return {"C++ compiler runtime", Outcome::kWarning,
+              cxx + " copies libstdc++ into the shared libraries it builds: a Python process that loads one (an "
+                    "AOTInductor package, a torch.utils.cpp_extension module) then has two C++ runtimes and can "
+                    "crash (docs/device-sdk.md). `torchbridge export --format aoti` links torch's libstdc++ "
+                    "instead; elsewhere set CXX to a compiler that links it dynamically",
+              std::nullopt};
+    case CompilerRuntime::Kind::no_compiler:
+      if (const char* set = std::getenv("CXX"); set != nullptr && *set != '\0') {  // a setting that is wrong
+        return {"C++ compiler runtime", Outcome::kWarning,
+                "CXX names a compiler that cannot be started (" + probe.detail + "); torch's inductor uses it",
+                std::nullopt};
+      }
+      return {"C++ compiler runtime", Outcome::kOk,
+              "no C++ compiler here (" + probe.detail + "): torch.compile's CPU kernels and AOTInductor need one; "
+                  "nothing built here can carry a runtime of its own",
+              std::nullopt};
+    case CompilerRuntime::Kind::unknown:
+      break;
+  }
+  return {"C++ compiler runtime", Outcome::kWarning, "could not tell for " + cxx + ": " + probe.detail, std::nullopt};
+}
+
 }  // namespace
 
 int run_doctor(const std::vector<std::string>& args) {
@@ -180,6 +214,7 @@ int run_doctor(const std::vector<std::string>& args) {
   std::vector<Check> checks = library_checks();
   for (auto& c : backend_checks(parsed.option("--backend"))) checks.push_back(std::move(c));
   checks.push_back(sdk_device_check());
+  checks.push_back(compiler_runtime_check());
   nlohmann::json overrides;
   for (auto& c : environment_checks(overrides)) checks.push_back(std::move(c));
 

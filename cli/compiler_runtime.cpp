@@ -1,0 +1,90 @@
+#include "compiler_runtime.h"
+
+#include "child_process.h"
+
+#include <torchbridge/remove_tree.h>
+
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace torchbridge::cli {
+namespace {
+
+// A formatted number: pulls the runtime's locale machinery in, as the std::regex of AOTInductor's
+// device parsing does, so a toolchain that links the runtime statically copies it in.
+constexpr const char* kProbeSource = R"(#include <sstream>
+#include <string>
+std::string torchbridge_probe(int n) { std::ostringstream s; s << n; return s.str(); }
+)";
+
+std::string temporary_folder() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/torchbridge-doctor-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot create a folder from " + pattern);
+  return pattern;
+}
+
+CompilerRuntime probe_in(const std::string& folder, CompilerRuntime result) {
+  const std::string source = folder + "/probe.cpp";
+  const std::string library = folder + "/libprobe.so";
+  std::ofstream(source) << kProbeSource;
+  ChildResult built;
+  try {
+    built = run_program({result.compiler, "-shared", "-fPIC", "-o", library, source});
+  } catch (const std::exception& e) {
+    result.kind = CompilerRuntime::Kind::no_compiler;
+    result.detail = e.what();
+    return result;
+  }
+  if (built.signal != 0 || built.exit_code != 0) {
+    const std::string error = built.last_error_line();
+    result.detail = "the probe library did not build (" + result.compiler + " " + built.describe_exit() +
+                    (error.empty() ? "" : ": " + error) + ")";
+    return result;
+  }
+  ChildResult dynamic_section;
+  try {
+    dynamic_section = run_program({"readelf", "-d", library});
+  } catch (const std::exception& e) {
+    result.detail = std::string("readelf cannot be started to read the probe library: ") + e.what();
+    return result;
+  }
+  if (dynamic_section.exit_code != 0) {
+    result.detail = "readelf " + dynamic_section.describe_exit() + ": " + dynamic_section.last_error_line();
+    return result;
+  }
+  const std::string& needed = dynamic_section.out;
+  const bool shared = needed.find("[libstdc++.so") != std::string::npos || needed.find("[libc++.so") != std::string::npos;
+  result.kind = shared ? CompilerRuntime::Kind::shared : CompilerRuntime::Kind::copied;
+  return result;
+}
+
+}  // namespace
+
+CompilerRuntime probe_compiler_runtime() {
+  CompilerRuntime result;
+  const char* cxx = std::getenv("CXX");
+  result.compiler = cxx != nullptr && *cxx != '\0' ? cxx : "g++";  // inductor's choice (cpp.cxx)
+  std::string folder;
+  try {
+    folder = temporary_folder();
+    result = probe_in(folder, result);
+  } catch (const std::exception& e) {
+    result.kind = CompilerRuntime::Kind::unknown;
+    result.detail = e.what();
+  }
+  if (!folder.empty()) {
+    try {
+      remove_tree(folder);
+    } catch (const std::exception& e) {  // said, not fatal: the check's answer stands
+      result.detail += (result.detail.empty() ? "" : "; ") + std::string("the probe's folder was left: ") + e.what();
+    }
+  }
+  return result;
+}
+
+}  // namespace torchbridge::cli
