@@ -223,6 +223,10 @@ def _device_module(name: str) -> types.ModuleType:
     module.synchronize = lambda device=None: _C.lookup(name).synchronize(index(device))
     module._is_in_bad_fork = _C.in_bad_fork
     module.is_initialized = lambda: True
+    # torch.utils.checkpoint saves and replays a device's random state only where its module says
+    # `_initialized` (torch.cuda's flag); without it a checkpointed torch.rand on this device drew
+    # other numbers when recomputed, and the gradients came out wrong.
+    module._initialized = True
     _device_queries.add_queries(module, name, index)
     return module
 

@@ -80,6 +80,28 @@ def test_gradients_equal_torch_checkpoint_and_no_checkpoint_with_dropout(device)
     assert_identical(theirs[1], ours[1])
 
 
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_torchs_own_checkpoint_replays_the_sdk_devices_random_state(use_reentrant):
+    """torch.utils.checkpoint saves and replays a device's random state only where torch.<device>
+    says `_initialized` (torch.cuda's flag). torch.emu did not, so a checkpointed torch.rand on emu
+    drew other numbers when recomputed, and the gradients were silently wrong."""
+    w = torch.ones(8, device="emu", requires_grad=True)
+
+    def region(v):
+        return (v * torch.rand(8, device=v.device)).sum()
+
+    def gradient(wrap):
+        seed(3)
+        wrap(w).backward()
+        g, w.grad = w.grad.cpu().clone(), None
+        return g
+
+    plain = gradient(region)
+    assert torch.equal(plain, gradient(lambda v: torch_checkpoint.checkpoint(region, v, use_reentrant=use_reentrant)))
+    if not use_reentrant:
+        assert torch.equal(plain, gradient(lambda v: checkpoint(region, v, use_reentrant=False)))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_no_input_requiring_grad_kwargs_and_non_tensor_outputs(device):
     model = make_model(device).eval()
