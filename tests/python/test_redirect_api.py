@@ -83,6 +83,25 @@ def test_pinning_for_a_cpu_target_is_a_no_op_and_works_for_an_accelerator():
         pinned = torch.ones(3).pin_memory()
         assert pinned.is_pinned()
         assert torch.equal(pinned.to("cuda", non_blocking=True).cpu(), torch.ones(3))
+        # pinned for the target (is_pinned asks emu): torch itself pins for CUDA where the machine has it
+        assert torch.empty(3, pin_memory=True).is_pinned()
+
+
+def test_factories_pin_for_an_sdk_target_where_torch_would_pin_for_cuda(monkeypatch):
+    from torchbridge.redirect._patches import torch_pins_for_cuda_instead_of
+
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", lambda: 1, raising=False)  # a machine with a GPU
+    assert torch_pins_for_cuda_instead_of("emu") and torch_pins_for_cuda_instead_of("cudasdk")
+    assert not torch_pins_for_cuda_instead_of("cuda") and not torch_pins_for_cuda_instead_of("cpu")
+    with redirect.redirected("emu"):  # the factories now pin through Tensor.pin_memory: values kept
+        made = [torch.empty(3, pin_memory=True), torch.zeros(2, 3, pin_memory=True),
+                torch.tensor([1.5, 2.5], pin_memory=True), torch.full((2,), 7, pin_memory=True),
+                torch.ones(4).new_ones(2, pin_memory=True)]
+        assert all(t.is_pinned() and t.device.type == "cpu" for t in made)
+        assert torch.equal(made[1], torch.zeros(2, 3)) and torch.equal(made[2], torch.tensor([1.5, 2.5]))
+        assert torch.equal(made[3], torch.full((2,), 7)) and torch.equal(made[4], torch.ones(2))
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", lambda: 0, raising=False)
+    assert not torch_pins_for_cuda_instead_of("emu")
 
 
 def test_indices_wrap_and_warn_once(caplog):

@@ -26,7 +26,7 @@ FACTORIES = (
 TENSOR_NEW = ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full", "new_empty_strided")
 
 
-def _with_device_kwarg(function, redirector, host_only):
+def _with_device_kwarg(function, redirector, host_only, pin_for_the_target):
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         if kwargs.get("device") is not None:
@@ -34,9 +34,22 @@ def _with_device_kwarg(function, redirector, host_only):
         if host_only and kwargs.get("pin_memory"):
             _note_pinning_is_moot()
             kwargs["pin_memory"] = False
+        elif pin_for_the_target and kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
+            return function(*args, **kwargs).pin_memory()  # the accelerator's pinned allocator: the target's
         return function(*args, **kwargs)
 
     return wrapper
+
+
+def torch_pins_for_cuda_instead_of(target: str) -> bool:
+    """Whether torch's pin_memory=True would pin for CUDA rather than for `target`: ATen takes CUDA's
+    pinned allocator whenever the machine has CUDA, even when an SDK device is the process's
+    accelerator, and an SDK device copies CUDA's pinned memory synchronously (memory/pinned_host.h).
+    Tensor.pin_memory() pins for the accelerator, the target. The device count does not create a
+    CUDA context."""
+    count = getattr(torch._C, "_cuda_getDeviceCount", None)
+    return target not in ("cpu", "cuda") and count is not None and count() > 0
 
 
 _pinning_noted = []
@@ -121,11 +134,14 @@ def install(redirector, patcher):
     # wrappers, torch would call the originals, and every tensor would land on the CPU silently.
     torch.utils._device._device_constructors()
     host_only = redirector.target == "cpu"
+    pin_for_the_target = torch_pins_for_cuda_instead_of(redirector.target)
     for name in FACTORIES:
         if hasattr(torch, name):
-            patcher.replace(torch, name, _with_device_kwarg(getattr(torch, name), redirector, host_only))
+            patcher.replace(torch, name,
+                            _with_device_kwarg(getattr(torch, name), redirector, host_only, pin_for_the_target))
     for name in TENSOR_NEW:
-        patcher.replace(torch.Tensor, name, _with_device_kwarg(getattr(torch.Tensor, name), redirector, host_only))
+        patcher.replace(torch.Tensor, name,
+                        _with_device_kwarg(getattr(torch.Tensor, name), redirector, host_only, pin_for_the_target))
     if host_only:
         def pin_memory(self, device=None):
             _note_pinning_is_moot()
