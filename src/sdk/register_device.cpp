@@ -191,6 +191,7 @@ bool register_runtime_locked(const tb_runtime* table) {
   register_copy_math_bits();
   register_convolution();
   register_batch_norm();
+  register_dropout();
   register_rnn_cells();
   register_record_stream();
   register_cpu_fallback();

@@ -10,6 +10,8 @@ void register_elementwise_fast_path();
 void register_copy_math_bits();
 void register_convolution();
 void register_batch_norm();
+// native_dropout drawing from the device's generator (dropout.cpp).
+void register_dropout();
 void register_rnn_cells();
 void register_record_stream();
 void register_cpu_fallback();

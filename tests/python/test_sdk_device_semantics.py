@@ -261,8 +261,10 @@ def test_a_pinned_buffer_reused_for_many_copies_holds_no_memory_per_copy():
             target.copy_(pinned, non_blocking=True)
         torch.emu.synchronize()
         before = resident_kib()
-        for _ in range(60000):
+        for i in range(60000):
             target.copy_(pinned, non_blocking=True)
+            if i % 1000 == 999:  # a stream worker that falls behind (a loaded machine) would hold the
+                torch.emu.synchronize()  # queued copies themselves; the events of done ones are measured
         torch.emu.synchronize()
         assert torch.equal(target.cpu(), torch.ones(256))
         print((resident_kib() - before) / 1024)
@@ -271,3 +273,39 @@ def test_a_pinned_buffer_reused_for_many_copies_holds_no_memory_per_copy():
     assert result.returncode == 0, result.stderr
     grown_mib = float(result.stdout.strip().splitlines()[-1])
     assert grown_mib < 5, f"the process grew by {grown_mib:.1f} MiB over 60,000 copies"
+
+
+def test_dropout_draws_from_the_devices_generator_as_on_torchs_own_devices():
+    """native_dropout takes no generator argument, so through the CPU fallback it drew from the CPU's
+    default generator (found 2026-11-28): torch.emu.manual_seed did not decide it, and it consumed
+    the CPU's random numbers. Now the device's generator decides it; from a CPU generator in the same
+    state, the CPU's own kernel gives the same output, mask and gradient."""
+    x = torch.randn(4, 64, device="emu")
+
+    def on_emu(cpu_seed, emu_seed):
+        torch.manual_seed(cpu_seed)
+        torch.emu.manual_seed(emu_seed)
+        out = torch.nn.functional.dropout(x, 0.4)
+        return out.cpu(), torch.rand(3)  # torch.rand(3): the CPU generator's next numbers
+
+    first, cpu_next = on_emu(0, 5)
+    assert torch.equal(first, on_emu(1, 5)[0])  # the CPU's seed does not matter
+    assert not torch.equal(first, on_emu(0, 6)[0])  # the device's does
+    torch.manual_seed(0)
+    assert torch.equal(cpu_next, torch.rand(3))  # no CPU number was consumed
+
+    for p, train in [(0.4, True), (1.0, True), (0.0, True), (0.4, False)]:
+        leaf_emu = x.clone().requires_grad_()
+        leaf_cpu = x.cpu().requires_grad_()
+        torch.manual_seed(11)  # the same state in the CPU's generator and emu's
+        out_emu, mask_emu = torch.native_dropout(leaf_emu, p, train)
+        torch.manual_seed(11)
+        out_cpu, mask_cpu = torch.native_dropout(leaf_cpu, p, train)
+        assert torch.equal(out_emu.cpu(), out_cpu.detach()) and torch.equal(mask_emu.cpu(), mask_cpu), (p, train)
+        assert mask_emu.dtype == mask_cpu.dtype == torch.bool
+        out_emu.sum().backward()
+        out_cpu.sum().backward()
+        assert torch.equal(leaf_emu.grad.cpu(), leaf_cpu.grad), (p, train)
+    empty_out, empty_mask = torch.native_dropout(torch.empty(0, 3, device="emu"), 0.5, True)
+    cpu_out, cpu_mask = torch.native_dropout(torch.empty(0, 3), 0.5, True)
+    assert empty_out.shape == cpu_out.shape and empty_mask.dtype == cpu_mask.dtype
