@@ -12,6 +12,7 @@
 #include <torch/library.h>
 
 #include <optional>
+#include <string>
 #include <tuple>
 
 namespace torchbridge::sdk {
