@@ -2,12 +2,12 @@
 // system calls that move the same bytes, so the ratio is what the format and its checks cost.
 #include "bench_cases.h"
 #include "median_seconds.h"
+#include "temporary_directory.h"
 
 #include <torchbridge/backend.h>
 #include <torchbridge/checkpoint/checkpoint.h>
 #include <torchbridge/checkpoint/safetensors.h>
 #include <torchbridge/registry.h>
-#include <torchbridge/remove_tree.h>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -17,12 +17,8 @@
 
 #include <cerrno>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <filesystem>
 #include <functional>
-#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,30 +27,6 @@
 
 namespace torchbridge::cli {
 namespace {
-
-// A directory of its own under $TMPDIR, removed when the group ends (also on an error).
-class ScratchDirectory {
- public:
-  ScratchDirectory() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "torchbridge-bench-XXXXXX").string();
-    TORCH_CHECK(::mkdtemp(pattern.data()) != nullptr, "cannot create a directory under ",
-                std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno));
-    path_ = pattern;
-  }
-  ~ScratchDirectory() {
-    try {
-      remove_tree(path_);
-    } catch (const std::exception& error) {  // a destructor must not throw: say what was left behind
-      std::cerr << "warning: " << error.what() << "\n";
-    }
-  }
-  ScratchDirectory(const ScratchDirectory&) = delete;
-  ScratchDirectory& operator=(const ScratchDirectory&) = delete;
-  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
-
- private:
-  std::string path_;
-};
 
 // The baseline writer: the tensors' bytes, one write() each, then fsync, as the atomic writer
 // ends with fsync too.
@@ -97,7 +69,7 @@ std::vector<BenchResult> bench_checkpoint(const std::vector<std::string>& backen
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (int i = 0; i < count; ++i) tensors.emplace_back("layers." + std::to_string(i) + ".weight", at::randn({1024, 1024}));
   const std::string size = std::to_string(count * 4) + " MiB";
-  const ScratchDirectory scratch;
+  const TemporaryDirectory scratch("torchbridge-bench");
   const std::string path = scratch.file("model.safetensors"), raw = scratch.file("model.raw");
   std::vector<BenchResult> results;
 

@@ -1,13 +1,11 @@
 #include "compiler_runtime.h"
 
 #include "child_process.h"
-
-#include <torchbridge/remove_tree.h>
+#include "temporary_directory.h"
 
 #include <cstdlib>
 #include <exception>
 #include <fstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,13 +18,6 @@ constexpr const char* kProbeSource = R"(#include <sstream>
 #include <string>
 std::string torchbridge_probe(int n) { std::ostringstream s; s << n; return s.str(); }
 )";
-
-std::string temporary_folder() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/torchbridge-doctor-XXXXXX";
-  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot create a folder from " + pattern);
-  return pattern;
-}
 
 CompilerRuntime probe_in(const std::string& folder, CompilerRuntime result) {
   const std::string source = folder + "/probe.cpp";
@@ -69,20 +60,12 @@ CompilerRuntime probe_compiler_runtime() {
   CompilerRuntime result;
   const char* cxx = std::getenv("CXX");
   result.compiler = cxx != nullptr && *cxx != '\0' ? cxx : "g++";  // inductor's choice (cpp.cxx)
-  std::string folder;
   try {
-    folder = temporary_folder();
-    result = probe_in(folder, result);
-  } catch (const std::exception& e) {
+    const TemporaryDirectory folder("torchbridge-doctor");
+    result = probe_in(folder.path(), result);
+  } catch (const std::exception& e) {  // the folder could not be made: the check cannot tell
     result.kind = CompilerRuntime::Kind::unknown;
     result.detail = e.what();
-  }
-  if (!folder.empty()) {
-    try {
-      remove_tree(folder);
-    } catch (const std::exception& e) {  // said, not fatal: the check's answer stands
-      result.detail += (result.detail.empty() ? "" : "; ") + std::string("the probe's folder was left: ") + e.what();
-    }
   }
   return result;
 }

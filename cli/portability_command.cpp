@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "isolated_validation.h"
 #include "portability_training.h"
+#include "temporary_directory.h"
 #include "text_format.h"
 
 #include <torchbridge/process_isolation.h>
@@ -33,7 +34,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -42,7 +42,6 @@
 #include <memory>
 #include <optional>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,10 +87,7 @@ std::string make_output_directory(const std::string* requested) {
     std::filesystem::create_directories(*requested);
     return *requested;
   }
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/torchbridge-portability-XXXXXX";
-  if (!mkdtemp(pattern.data())) throw std::runtime_error("cannot create a directory from " + pattern);
-  return pattern;
+  return create_temporary_directory("torchbridge-portability");
 }
 
 // One hardware line: available or why not, and the device names ("2 x name" when alike).
@@ -323,6 +319,8 @@ int run_portability(const std::vector<std::string>& args) {
     throw UsageError("--reference-outputs and --backends belong to --check-checkpoint");
   }
   const int steps = parse_steps(parsed.option("--steps"));
+  // Before the training: a directory that cannot be made must not cost the run it would hold.
+  const std::string directory = make_output_directory(parsed.option("--output"));
   const bool checkpointing = parsed.has("--checkpointing");
   const bool json = parsed.has("--json");
   const auto start = Clock::now();
@@ -382,7 +380,6 @@ int run_portability(const std::vector<std::string>& args) {
                         {"checkpointing", checkpointing}};
 
   stage("saving the checkpoint");
-  const std::string directory = make_output_directory(parsed.option("--output"));
   const std::string path = directory + "/transformer.safetensors";
   auto save_start = Clock::now();
   checkpoint::save_training_state(path, run.model, *run.optimizer,

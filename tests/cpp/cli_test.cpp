@@ -169,6 +169,18 @@ const nlohmann::json* check_named(const nlohmann::json& doctor, const std::strin
 // copies libstdc++ into shared libraries (the GPU images' /opt/gcc, emulated here by adding
 // -static-libstdc++ to g++'s shared links, as tests/python/test_export_successors.py does) is a
 // warning; the machine's g++ is not; a CXX that cannot be started is a warning naming it.
+// The probe builds in a temporary directory: where none can be made, the check says so and why.
+TEST(Cli, DoctorCannotTellTheCompilerRuntimeWithoutATemporaryDirectory) {
+  const auto json = nlohmann::json::parse(run_cli("doctor --json", "TMPDIR=/nonexistent/tmp").out);
+  const nlohmann::json* check = check_named(json, "C++ compiler runtime");
+  ASSERT_NE(check, nullptr) << json.dump();
+  EXPECT_EQ((*check)["outcome"], "warning");
+  EXPECT_NE((*check)["detail"].get<std::string>().find("cannot create a temporary directory in /nonexistent/tmp "
+                                                       "(TMPDIR): No such file or directory"),
+            std::string::npos)
+      << (*check)["detail"];
+}
+
 TEST(Cli, DoctorWarnsWhereTheCompilerWouldCopyTheCxxRuntimeIntoLibraries) {
   const auto plain = nlohmann::json::parse(run_cli("doctor --json", "CXX=g++").out);
   const nlohmann::json* shared = check_named(plain, "C++ compiler runtime");

@@ -4,8 +4,10 @@
 through UnifiedManager::load_compiled (tests/cpp/compiled_model_interop.cpp). Failures leave no
 file behind and an existing one untouched; a foreign .pt2 is an error, not a crash."""
 
+import importlib.util
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -23,6 +25,18 @@ from test_compiled_model import INTEROP
 from test_export_cli import BINARY, export
 
 os.environ.setdefault("TORCHBRIDGE_EMU_GUARDED", "1")
+
+
+def _build_check(name):
+    """One of scripts/'s build checks, as a module: its ELF helpers judge the packages' libraries here."""
+    spec = importlib.util.spec_from_file_location(name, pathlib.Path(__file__).resolve().parents[2] / "scripts" /
+                                                  f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CXX_RUNTIME_CHECK = _build_check("check_cxx_runtime")
 
 
 class TwoHeads(torch.nn.Module):
@@ -220,12 +234,10 @@ def test_aoti_packages_use_the_process_runtime_when_the_compiler_would_copy_it(s
         for name in libraries:
             package.extract(name, tmp_path / "unpacked")
     for name in libraries:
-        library = str(tmp_path / "unpacked" / name)
-        needed = subprocess.run(["readelf", "-d", library], capture_output=True, text=True, check=True).stdout
-        assert "[libstdc++.so.6]" in needed, needed
-        defined = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True,
-                                 check=True).stdout
-        assert "_ZNSt6locale7classicEv" not in defined, f"{name} carries its own libstdc++"
+        library = tmp_path / "unpacked" / name
+        assert CXX_RUNTIME_CHECK.needs_cxx_runtime(library), f"{name} does not need the shared C++ runtime"
+        assert CXX_RUNTIME_CHECK.RUNTIME_SYMBOL not in CXX_RUNTIME_CHECK.defined_symbols(library), \
+            f"{name} carries its own libstdc++"
 
 
 # ---- the validator runs a package (validate --compiled) ---------------------------------------------

@@ -74,6 +74,15 @@ def test_bad_input_exits_1(args, message):
     assert message in run.stderr
 
 
+def test_a_temporary_directory_that_cannot_be_made_stops_the_run_before_it_trains(tmp_path):
+    missing = tmp_path / "missing"
+    run = subprocess.run([CONSOLE_SCRIPT, "portability", "--steps", "20"], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, TMPDIR=str(missing)))
+    assert run.returncode == 1
+    assert f"cannot create a temporary directory in {missing} (TMPDIR): No such file or directory" in run.stderr
+    assert run.stdout == ""  # nothing trained, nothing reported
+
+
 def test_checkpointed_training_is_portable_too(tmp_path):
     # --isolate: the emu child must train and validate through checkpointing as well (the merge
     # refuses a part that did not).
