@@ -56,10 +56,28 @@ CompilerRuntime probe_in(const std::string& folder, CompilerRuntime result) {
 
 }  // namespace
 
-CompilerRuntime probe_compiler_runtime() {
-  CompilerRuntime result;
+const char* kind_name(CompilerRuntime::Kind kind) {
+  switch (kind) {
+    case CompilerRuntime::Kind::shared:
+      return "shared";
+    case CompilerRuntime::Kind::copied:
+      return "copied";
+    case CompilerRuntime::Kind::no_compiler:
+      return "no_compiler";
+    case CompilerRuntime::Kind::unknown:
+      break;
+  }
+  return "unknown";
+}
+
+std::string inductor_compiler_from_environment() {
   const char* cxx = std::getenv("CXX");
-  result.compiler = cxx != nullptr && *cxx != '\0' ? cxx : "g++";  // inductor's choice (cpp.cxx)
+  return cxx != nullptr && *cxx != '\0' ? cxx : "g++";
+}
+
+CompilerRuntime probe_compiler_runtime(const std::string& compiler) {
+  CompilerRuntime result;
+  result.compiler = compiler;
   try {
     const TemporaryDirectory folder("torchbridge-doctor");
     result = probe_in(folder.path(), result);

@@ -166,7 +166,7 @@ std::vector<Check> environment_checks(nlohmann::json& overrides) {
 // Warns where the compiler torch's inductor uses would give the libraries it builds a C++ runtime of
 // their own (compiler_runtime.h); a machine without a compiler has nothing that could.
 Check compiler_runtime_check() {
-  const CompilerRuntime probe = probe_compiler_runtime();
+  const CompilerRuntime probe = probe_compiler_runtime(inductor_compiler_from_environment());
   const std::string& cxx = probe.compiler;
   switch (probe.kind) {
     case CompilerRuntime::Kind::shared:

@@ -2,6 +2,7 @@
 // prints (to_json_text, src/core/json_text.cpp), so there is one encoding of DeviceInfo and MemoryStats.
 #include "child_process.h"
 #include "commands.h"
+#include "compiler_runtime.h"
 
 #include <torchbridge/process_isolation.h>
 #include <torchbridge/one_accelerator.h>
@@ -29,6 +30,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace py = pybind11;
@@ -221,4 +223,18 @@ PYBIND11_MODULE(_C, m) {
         return cli::run_cli(argv);
       },
       py::arg("argv"), py::arg("self_command"));
+
+  // doctor's probe, asked again by deployment/_cxx_runtime.py before AOTInductor compiles: one
+  // answer to "does this compiler copy libstdc++ into shared libraries" for both.
+  m.def(
+      "_probe_compiler_runtime",
+      [](const std::string& compiler) {
+        cli::CompilerRuntime probe;
+        {
+          py::gil_scoped_release release;  // it runs the compiler and readelf
+          probe = cli::probe_compiler_runtime(compiler);
+        }
+        return std::make_pair(std::string(cli::kind_name(probe.kind)), probe.detail);
+      },
+      py::arg("compiler"));
 }

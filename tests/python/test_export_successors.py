@@ -205,6 +205,23 @@ def static_runtime_compiler(tmp_path):
     return str(wrapper)
 
 
+def test_the_runtime_probe_is_doctors_and_says_what_it_could_not_tell(tmp_path):
+    """export asks doctor's probe (cli/compiler_runtime.cpp): a compiler that cannot be started is an
+    error naming it; a probe that cannot tell warns, and inductor then compiles as it would."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the probe reads ELF libraries")
+    with pytest.raises(RuntimeError, match=r"inductor's C\+\+ compiler cannot be started: cannot start /nonexistent/c\+\+"):
+        _cxx_runtime.links_runtime_statically("/nonexistent/c++")
+    failing = tmp_path / "c++"
+    failing.write_text("#!/bin/sh\necho 'probe.cpp: no such header' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    with pytest.warns(RuntimeWarning, match=r"could not tell whether .*c\+\+ links libstdc\+\+ statically .*"
+                                            r"the probe library did not build .*no such header"):
+        assert not _cxx_runtime.links_runtime_statically(str(failing))
+    if shutil.which("g++") and shutil.which("readelf"):  # this machine's g++ links the runtime dynamically
+        assert _C._probe_compiler_runtime("g++")[0] == "shared"
+
+
 def test_aoti_packages_use_the_process_runtime_when_the_compiler_would_copy_it(static_runtime_compiler, tmp_path):
     """On the H200 `export --format aoti` died by SIGSEGV loading its own package: inductor's compiler
     had copied libstdc++ into the model library beside torch's (deployment/_cxx_runtime.py)."""

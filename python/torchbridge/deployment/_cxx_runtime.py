@@ -18,16 +18,10 @@ import hashlib
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 import warnings
-
-# Uses the C++ runtime (a stream and a string), so a toolchain that links it dynamically must
-# record libstdc++.so.6 (or libc++.so) as needed even under --as-needed.
-_PROBE_SOURCE = ('#include <sstream>\n#include <string>\n'
-                 'std::string torchbridge_probe(long v) { std::ostringstream s; s << v; return s.str(); }\n')
 
 # inductor's compiler setting is process-wide: two exports in two threads would restore it under
 # each other's compile.
@@ -36,26 +30,23 @@ _PATCHING = threading.Lock()
 
 @functools.cache
 def links_runtime_statically(compiler: str) -> bool:
-    """Whether ``compiler`` copies the C++ runtime into the shared libraries it links. Asked on Linux
-    only (ELF libraries, readelf); elsewhere, or without readelf (with a warning), False."""
+    """Whether ``compiler`` copies the C++ runtime into the shared libraries it links: the probe of
+    ``torchbridge doctor``'s "C++ compiler runtime" check (cli/compiler_runtime.cpp), which builds a
+    one-function library and reads what it needs with readelf. Asked on Linux only (ELF libraries);
+    elsewhere False. A compiler that cannot be started raises; a probe that cannot tell (no readelf,
+    the probe does not build) warns and answers False, and inductor then compiles as it would."""
     if not sys.platform.startswith("linux"):
         return False
-    readelf = shutil.which("readelf")
-    if readelf is None:
-        warnings.warn(f"readelf (binutils) is missing, so whether {compiler} links libstdc++ statically into shared "
-                      "libraries is not checked; if it does, the AOTInductor package may crash when loaded "
+    from torchbridge import _C
+
+    kind, detail = _C._probe_compiler_runtime(compiler)
+    if kind == "no_compiler":
+        raise RuntimeError(f"inductor's C++ compiler cannot be started: {detail}; set CXX to a C++ compiler")
+    if kind == "unknown":
+        warnings.warn(f"could not tell whether {compiler} links libstdc++ statically into shared libraries "
+                      f"({detail}); if it does, the AOTInductor package may crash when loaded "
                       "(deployment/_cxx_runtime.py)", RuntimeWarning, stacklevel=3)
-        return False
-    with tempfile.TemporaryDirectory(prefix="torchbridge-cxx-probe-") as folder:
-        source, library = os.path.join(folder, "probe.cpp"), os.path.join(folder, "probe.so")
-        with open(source, "w") as f:
-            f.write(_PROBE_SOURCE)
-        built = subprocess.run([compiler, "-shared", "-fPIC", source, "-o", library], capture_output=True, text=True)
-        if built.returncode != 0:
-            raise RuntimeError(f"{compiler} could not build a probe library to see how it links the C++ runtime:\n"
-                               f"{built.stderr.strip()}")
-        dynamic = subprocess.run([readelf, "-d", library], capture_output=True, text=True, check=True).stdout
-    return "libstdc++.so" not in dynamic and "libc++.so" not in dynamic
+    return kind == "copied"
 
 
 def runtime_of_this_process() -> "str | None":
