@@ -14,6 +14,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -104,11 +105,40 @@ def test_the_documents_have_examples():
     assert {"README.md", "docs/python-api.md", "docs/torchdevice-migration.md"} <= documents
 
 
-def run_example(folder, code: str, backend: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TORCHBRIDGE_BACKEND=backend, TORCHBRIDGE_EMU_GUARDED="1")
-    env.pop("TORCHBRIDGE_LOAD_DEVICE", None)
-    return subprocess.run([sys.executable, "-c", PRELUDE + "\n" + code], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=300)
+class ExampleRunner:
+    """Runs examples, each in its own interpreter, and stops the running ones when the session ends
+    early (``-x``, Ctrl-C): a stopped session then does not wait for examples nobody will read."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running = set()
+        self._stopped = False
+
+    def run(self, folder, code: str, backend: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ, TORCHBRIDGE_BACKEND=backend, TORCHBRIDGE_EMU_GUARDED="1")
+        env.pop("TORCHBRIDGE_LOAD_DEVICE", None)
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError("the session ended before this example started")
+            process = subprocess.Popen([sys.executable, "-c", PRELUDE + "\n" + code], cwd=folder, env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self._running.add(process)
+        try:
+            stdout, stderr = process.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise
+        finally:
+            with self._lock:
+                self._running.discard(process)
+        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+    def stop(self):
+        with self._lock:
+            self._stopped = True
+            for process in self._running:
+                process.kill()
 
 
 @pytest.fixture(scope="session")
@@ -118,6 +148,7 @@ def started_examples(request, tmp_path_factory):
     interpreter, and 58 one after another never finished within a lent GPU machine's budget."""
     workers = max(1, len(os.sched_getaffinity(0)) // 2) if hasattr(os, "sched_getaffinity") else 1
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+    runner = ExampleRunner()
     started = {}
     for item in request.session.items:
         if getattr(item, "originalname", None) != "test_example_runs":
@@ -125,9 +156,12 @@ def started_examples(request, tmp_path_factory):
         p = item.callspec.params
         if skip_reason(p["document"], p["code"], p["backend"]) is None:
             started[(p["document"], p["line"], p["backend"])] = pool.submit(
-                run_example, tmp_path_factory.mktemp("example"), p["code"], p["backend"])
+                runner.run, tmp_path_factory.mktemp("example"), p["code"], p["backend"])
     yield started
-    pool.shutdown(cancel_futures=True)
+    # After a full session every example has been waited for; after an early stop the rest are not.
+    pool.shutdown(wait=False, cancel_futures=True)
+    runner.stop()
+    pool.shutdown()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
