@@ -218,8 +218,14 @@ def test_the_runtime_probe_is_doctors_and_says_what_it_could_not_tell(tmp_path):
     with pytest.warns(RuntimeWarning, match=r"could not tell whether .*c\+\+ links libstdc\+\+ statically .*"
                                             r"the probe library did not build .*no such header"):
         assert not _cxx_runtime.links_runtime_statically(str(failing))
-    if shutil.which("g++") and shutil.which("readelf"):  # this machine's g++ links the runtime dynamically
-        assert _C._probe_compiler_runtime("g++")[0] == "shared"
+    if shutil.which("g++") and shutil.which("readelf"):
+        # The reference: a library g++ builds here, read by the build's own check (copied on the
+        # GPU images' /opt/gcc, shared on Debian's g++).
+        source = tmp_path / "one.cpp"
+        source.write_text("#include <string>\nstd::string one(int n) { return std::to_string(n); }\n")
+        subprocess.run(["g++", "-shared", "-fPIC", str(source), "-o", str(tmp_path / "libone.so")], check=True)
+        expected = "shared" if CXX_RUNTIME_CHECK.needs_cxx_runtime(tmp_path / "libone.so") else "copied"
+        assert _C._probe_compiler_runtime("g++") == (expected, "")
 
 
 def test_aoti_packages_use_the_process_runtime_when_the_compiler_would_copy_it(static_runtime_compiler, tmp_path):
