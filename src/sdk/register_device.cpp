@@ -192,6 +192,7 @@ bool register_runtime_locked(const tb_runtime* table) {
   register_convolution();
   register_batch_norm();
   register_dropout();
+  register_to_copy();
   register_rnn_cells();
   register_record_stream();
   register_cpu_fallback();

@@ -12,6 +12,8 @@ void register_convolution();
 void register_batch_norm();
 // native_dropout drawing from the device's generator (dropout.cpp).
 void register_dropout();
+// _to_copy: a non_blocking copy to the CPU lands in memory pinned by the device (to_copy.cpp).
+void register_to_copy();
 void register_rnn_cells();
 void register_record_stream();
 void register_cpu_fallback();

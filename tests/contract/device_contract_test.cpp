@@ -279,6 +279,13 @@ TEST_P(Contract, PinnedNonBlockingCopiesArriveAfterSynchronize) {
   back.copy_(on_device, /*non_blocking=*/true);
   backend().synchronize(0);
   EXPECT_TRUE(bit_equal(back, pinned));
+  // torch's _to_copy gives a non_blocking copy to the host a pinned result, so the copy is queued.
+  // An SDK device's must be pinned for that device: torch alone pins it for CUDA wherever the
+  // process has CUDA, which the SDK then copies into synchronously (src/sdk/to_copy.cpp).
+  const at::Tensor down = on_device.to(at::TensorOptions().device(at::kCPU), /*non_blocking=*/true);
+  backend().synchronize(0);
+  EXPECT_TRUE(down.is_pinned());
+  EXPECT_TRUE(bit_equal(down, pinned));
 }
 
 TEST_P(Contract, AutocastPicksTheDocumentedDtypes) {

@@ -309,3 +309,41 @@ def test_dropout_draws_from_the_devices_generator_as_on_torchs_own_devices():
     empty_out, empty_mask = torch.native_dropout(torch.empty(0, 3, device="emu"), 0.5, True)
     cpu_out, cpu_mask = torch.native_dropout(torch.empty(0, 3), 0.5, True)
     assert empty_out.shape == cpu_out.shape and empty_mask.dtype == cpu_mask.dtype
+
+
+VIEWS = {  # the same view of a [8, 8, 6] tensor, on either device: dense, permuted, strided, sliced
+    "contiguous": lambda t: t,
+    "permuted": lambda t: t.permute(2, 0, 1),
+    "every_other": lambda t: t[:, ::2],
+    "column": lambda t: t[:, :, 1],
+    "channels_last": lambda t: t.reshape(2, 4, 8, 6).contiguous(memory_format=torch.channels_last),
+}
+
+
+@pytest.mark.parametrize("dtype", [None, torch.float64, torch.float16], ids=["same", "float64", "float16"])
+@pytest.mark.parametrize("view", VIEWS)
+def test_a_non_blocking_copy_to_the_cpu_lands_in_memory_pinned_for_the_device(view, dtype):
+    """torch's _to_copy gives `.to("cpu", non_blocking=True)` from an accelerator a pinned result, so
+    the copy can be queued; but ATen pins with CUDA's allocator wherever the process has CUDA, and
+    the SDK copied into those blocks synchronously. The SDK's _to_copy pins with the device's own
+    allocator (src/sdk/to_copy.cpp). On a machine with CUDA, is_pinned() (the device's view) was
+    False before it; here, without CUDA, it holds either way, and the layout and values are checked
+    against torch's CPU kernel on the same view."""
+    source = torch.randn(8, 8, 6)
+    reference = VIEWS[view](source).to(dtype=dtype, copy=True)  # torch's layout rule, on the CPU
+    on_device = VIEWS[view](source.to("emu"))
+    result = on_device.to("cpu", non_blocking=True, dtype=dtype)
+    torch.emu.synchronize()  # a queued copy is read after the stream has run it, as with CUDA
+    assert result.is_pinned()
+    assert result.dtype == reference.dtype and result.stride() == reference.stride()
+    assert torch.equal(result, reference)
+
+
+def test_only_the_non_blocking_copy_to_the_cpu_is_pinned_as_torch_does():
+    x = torch.randn(4, 5, device="emu", requires_grad=True)
+    assert not x.to("cpu").is_pinned()  # blocking: pageable, as from CUDA
+    explicit = x.to("cpu", non_blocking=True, memory_format=torch.contiguous_format)
+    torch.emu.synchronize()
+    assert explicit.is_pinned() and explicit.is_contiguous()
+    explicit.sum().backward()  # the copy is differentiable as torch's own
+    assert torch.equal(x.grad.cpu(), torch.ones(4, 5))
