@@ -8,7 +8,7 @@
 //                                                prints "done", exits on the next line: the
 //                                                Python side samples this process's memory)
 #include <torchbridge/checkpoint/checkpoint.h>
-#include <torchbridge/memory/pinned_host.h>
+#include <torchbridge/pinned_host.h>
 #include <torchbridge/registry.h>
 
 #include <ATen/ATen.h>
@@ -61,10 +61,10 @@ std::vector<at::Tensor> load_staged(const std::string& path, c10::Device device,
                                     const c10::Stream& stream) {
   const Checkpoint checkpoint = Checkpoint::open(path);
   // Pinned for the target's own device type: pinned_memory(true) pins for CUDA whenever the machine
-  // has CUDA, which an SDK device copies synchronously (memory/pinned_host.h).
+  // has CUDA, which an SDK device copies synchronously (torchbridge/pinned_host.h).
   const at::Tensor shape = at::empty({int64_t(chunk)}, at::TensorOptions().dtype(at::kByte).device(c10::kMeta));
-  at::Tensor buffers[2] = {torchbridge::memory::pinned_host_like(shape, device.type()),
-                           torchbridge::memory::pinned_host_like(shape, device.type())};
+  at::Tensor buffers[2] = {torchbridge::pinned_host_like(shape, device.type()),
+                           torchbridge::pinned_host_like(shape, device.type())};
   c10::Event uploaded[2] = {c10::Event(device.type()), c10::Event(device.type())};
   int next = 0;
   std::vector<at::Tensor> out;

@@ -5,7 +5,7 @@
 // created, so nothing C++ makes has to become a Python object.
 #include <torchbridge/memory/activation_checkpoint.h>
 #include <torchbridge/memory/offloaded_optimizer.h>
-#include <torchbridge/memory/pinned_host.h>
+#include <torchbridge/pinned_host.h>
 
 #include "tensor_address.h"
 
@@ -229,7 +229,7 @@ void bind_memory(py::module_& m) {
         at::Tensor target = tensor_at(host);
         TORCH_CHECK_VALUE(target.is_cpu() && target.scalar_type() == source.scalar_type(),
                           "_pin_host_like: the host tensor must be a CPU tensor of the source's dtype");
-        target.set_(memory::pinned_host_like(source, source.device().type()));
+        target.set_(pinned_host_like(source, source.device().type()));
       },
       py::arg("host"), py::arg("like"),
       "Puts into `host` (a CPU tensor) uninitialised memory shaped as `like`, pinned by the pinned allocator of "

@@ -1,7 +1,7 @@
 // Optimizer-state offload (offloaded_optimizer.h): host optimizers over pinned master copies,
 // gradients down and parameters up on a side stream, one bucket at a time.
 #include <torchbridge/memory/offloaded_optimizer.h>
-#include <torchbridge/memory/pinned_host.h>
+#include <torchbridge/pinned_host.h>
 
 #include <ATen/ATen.h>
 #include <ATen/DeviceAccelerator.h>

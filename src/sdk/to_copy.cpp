@@ -7,12 +7,10 @@
 // "Where torch still prefers CUDA"). Every other conversion is torch's own kernel.
 #include "sdk/registration.h"
 
-#include <ATen/Context.h>
-#include <ATen/EmptyTensor.h>
+#include <torchbridge/pinned_host.h>
+
 #include <ATen/ops/_to_copy_native.h>
 #include <ATen/ops/empty_like.h>
-#include <c10/core/Allocator.h>
-#include <c10/core/DispatchKeySet.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -37,12 +35,8 @@ at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, 
   const at::Tensor laid_out =
       at::empty_like(self, self.options().dtype(dtype.value_or(self.scalar_type())).device(at::kMeta),
                      memory_format.value_or(at::MemoryFormat::Preserve));
-  // Through the context, not host_allocator() itself: this marks the device initialised, without
-  // which is_pinned() answers false for every pointer.
-  c10::Allocator* pinned = at::globalContext().getPinnedMemoryAllocator(c10::DeviceType::PrivateUse1);
-  at::Tensor result = at::detail::empty_strided_generic(laid_out.sizes(), laid_out.strides(), pinned,
-                                                        c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                        laid_out.scalar_type());
+  // Dense, so pinned_host_like keeps these strides.
+  at::Tensor result = pinned_host_like(laid_out, c10::DeviceType::PrivateUse1);
   result.copy_(self, /*non_blocking=*/true);
   return result;
 }

@@ -2,7 +2,7 @@
 // through torch's Context), with the layout empty_like would give, and the premise it works around:
 // on a machine with CUDA, torch's pinned_memory(true) pins for CUDA even when an SDK device is the
 // process's accelerator. Bad device types raise naming them.
-#include <torchbridge/memory/pinned_host.h>
+#include <torchbridge/pinned_host.h>
 #include <torchbridge/sdk/device.h>
 
 #include <ATen/ATen.h>
@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-namespace torchbridge::memory {
+namespace torchbridge {
 namespace {
 
 using test_support::expect_error;
@@ -75,4 +75,4 @@ TEST_F(PinnedHostTest, DeviceTypesWithoutPinnedMemoryAreRefusedNamingThem) {
 }
 
 }  // namespace
-}  // namespace torchbridge::memory
+}  // namespace torchbridge

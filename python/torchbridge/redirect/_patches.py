@@ -45,7 +45,7 @@ def _with_device_kwarg(function, redirector, host_only, pin_for_the_target):
 def torch_pins_for_cuda_instead_of(target: str) -> bool:
     """Whether torch's pin_memory=True would pin for CUDA rather than for `target`: ATen takes CUDA's
     pinned allocator whenever the machine has CUDA, even when an SDK device is the process's
-    accelerator, and an SDK device copies CUDA's pinned memory synchronously (memory/pinned_host.h).
+    accelerator, and an SDK device copies CUDA's pinned memory synchronously (include/torchbridge/pinned_host.h).
     Tensor.pin_memory() pins for the accelerator, the target. The device count does not create a
     CUDA context."""
     count = getattr(torch._C, "_cuda_getDeviceCount", None)

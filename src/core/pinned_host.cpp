@@ -1,5 +1,5 @@
-// pinned_host_like (include/torchbridge/memory/pinned_host.h).
-#include <torchbridge/memory/pinned_host.h>
+// pinned_host_like (include/torchbridge/pinned_host.h).
+#include <torchbridge/pinned_host.h>
 
 #include <ATen/Context.h>
 #include <ATen/DeviceAccelerator.h>
@@ -12,7 +12,7 @@
 
 #include <string>
 
-namespace torchbridge::memory {
+namespace torchbridge {
 
 at::Tensor pinned_host_like(const at::Tensor& like, c10::DeviceType device_type) {
   TORCH_CHECK_VALUE(like.defined(), "pinned_host_like: an undefined tensor was given");
@@ -21,6 +21,8 @@ at::Tensor pinned_host_like(const at::Tensor& like, c10::DeviceType device_type)
                     " is not an accelerator, and host memory is pinned for an accelerator's copies");
   c10::Allocator* allocator = nullptr;
   try {
+    // Through the context, not the device's hooks directly: this also marks the device initialised,
+    // without which torch's is_pinned() answers false for every pointer (Context::isPinnedPtr).
     allocator = at::globalContext().getPinnedMemoryAllocator(device_type);
   } catch (const c10::Error& e) {  // a torch without that accelerator, no driver, nothing registered
     TORCH_CHECK_VALUE(false, "pinned_host_like: torch has no pinned host memory for ", name, " in this process: ",
@@ -32,4 +34,4 @@ at::Tensor pinned_host_like(const at::Tensor& like, c10::DeviceType device_type)
                                            c10::DispatchKeySet(c10::DispatchKey::CPU), like.scalar_type());
 }
 
-}  // namespace torchbridge::memory
+}  // namespace torchbridge

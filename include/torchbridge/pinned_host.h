@@ -11,11 +11,11 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/DeviceType.h>
 
-namespace torchbridge::memory {
+namespace torchbridge {
 
 // An uninitialised CPU tensor with `like`'s sizes and dtype (and its strides where `like` is dense,
 // as empty_like keeps them), in host memory pinned by `device_type`'s pinned allocator. Raises
 // naming the device type when torch has no pinned allocator for it.
 at::Tensor pinned_host_like(const at::Tensor& like, c10::DeviceType device_type);
 
-}  // namespace torchbridge::memory
+}  // namespace torchbridge
