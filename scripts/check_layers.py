@@ -7,9 +7,11 @@ fails the build (CMake runs this before compiling the library), naming the file,
 what it may use instead. `--objects DIR` checks the same order at link level after the library is
 built: no layer's object files may use a symbol that only a layer above defines (a declaration in
 a low header implemented higher up, which no include check can see). `--graph` prints the layers and the dependencies the code really has,
-as a Mermaid graph (docs/architecture.md shows it).
+as a Mermaid graph (docs/architecture.md shows it); `--check-doc FILE` fails when the graph in
+FILE is not that one, naming the arrows it lacks and those the code no longer has.
 
-    scripts/check_layers.py [--graph] [--stamp FILE] [--objects CMakeFiles/torchbridge.dir]
+    scripts/check_layers.py [--graph] [--check-doc docs/architecture.md] [--stamp FILE]
+                            [--objects CMakeFiles/torchbridge.dir]
 """
 
 import argparse
@@ -163,9 +165,34 @@ def check_objects(directory: pathlib.Path):
     return violations
 
 
+def graph_lines(edges):
+    """The Mermaid graph of `edges` ((layer, layer it includes) pairs), one line per arrow."""
+    return ["graph BT"] + [f"  {source.replace('-', '_')}[{source}] --> {target.replace('-', '_')}[{target}]"
+                          for source, target in sorted(edges)]
+
+
+def documented_graph_differences(document: pathlib.Path, real: list):
+    """What the first `graph BT` block of `document` lacks of `real` and has beyond it, as messages."""
+    try:
+        lines = document.read_text().splitlines()
+    except OSError as e:
+        return [f"{document}: cannot read the document with the layer graph: {e.strerror}"]
+    if "graph BT" not in lines:
+        return [f"{document}: no Mermaid block starting with 'graph BT'; expected the layer graph "
+                f"(scripts/check_layers.py --graph)"]
+    start = lines.index("graph BT")
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("```")), len(lines))
+    documented = {line for line in lines[start:end] if line.strip()}
+    return ([f"{document}: the layer graph lacks '{line.strip()}', which the code has" for line in real
+             if line not in documented] +
+            [f"{document}: the layer graph has '{line.strip()}', which the code no longer has"
+             for line in sorted(documented - set(real))])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graph", action="store_true", help="print the real dependencies as a Mermaid graph")
+    parser.add_argument("--check-doc", metavar="FILE", help="fail unless FILE shows the real dependency graph")
     parser.add_argument("--stamp", help="touch this file when the check passes (for the build)")
     parser.add_argument("--objects", help="the library's object directory: check symbols instead of includes")
     args = parser.parse_args()
@@ -197,14 +224,21 @@ def main() -> int:
                                   f"{match.group(1)} of layer '{target}'; '{layer}' may use: {allowed}")
 
     if args.graph:
-        print("graph BT")
-        for source, target in sorted(edges):
-            print(f"  {source.replace('-', '_')}[{source}] --> {target.replace('-', '_')}[{target}]")
+        print("\n".join(graph_lines(edges)))
+    differences = documented_graph_differences(pathlib.Path(args.check_doc), graph_lines(edges)) \
+        if args.check_doc else []
+    for d in differences:
+        print(d, file=sys.stderr)
+    if differences:
+        print("check_layers: print the graph with scripts/check_layers.py --graph and replace the document's "
+              "block with it", file=sys.stderr)
     for v in violations:
         print(v, file=sys.stderr)
     if violations:
         print(f"check_layers: {len(violations)} include(s) against the layer order (scripts/check_layers.py "
               "lists the layers; docs/architecture.md explains them)", file=sys.stderr)
+        return 1
+    if differences:
         return 1
     if args.stamp:
         pathlib.Path(args.stamp).touch()
