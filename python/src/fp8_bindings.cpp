@@ -44,21 +44,20 @@ void bind_fp8(py::module_& m) {
          const std::string& format, int64_t margin) {
         amp::Fp8ScalingState state{tensor_at(amax_history), tensor_at(scale)};
         const amp::DelayedScalingOptions options{state.amax_history.numel(), margin};
-        const amp::Fp8Tensor q = amp::quantize_delayed(tensor_at(input), amp::parse_fp8_format(format), options, state);
-        tensor_at(data).copy_(q.data);
-        tensor_at(scale_inverse).copy_(q.scale_inverse);
+        tensor_at(scale_inverse)
+            .copy_(amp::quantize_delayed_into(tensor_at(data), tensor_at(input), amp::parse_fp8_format(format),
+                                              options, state));
       },
       py::arg("data"), py::arg("input"), py::arg("amax_history"), py::arg("scale"), py::arg("scale_inverse"),
       py::arg("format"), py::arg("margin"));
 
-  // out = a @ b in out's dtype (amp::fp8_matmul).
+  // out = a @ b in out's dtype (amp::fp8_matmul_into: written in place where the kernel can).
   m.def(
       "_fp8_matmul",
       [](uintptr_t out, uintptr_t a, uintptr_t a_scale_inverse, uintptr_t b, uintptr_t b_scale_inverse,
          const std::string& kernel) {
-        at::Tensor result = tensor_at(out);
-        result.copy_(amp::fp8_matmul(tensor_at(a), tensor_at(a_scale_inverse), tensor_at(b), tensor_at(b_scale_inverse),
-                                     result.scalar_type(), amp::parse_fp8_matmul_kernel(kernel)));
+        amp::fp8_matmul_into(tensor_at(out), tensor_at(a), tensor_at(a_scale_inverse), tensor_at(b),
+                             tensor_at(b_scale_inverse), amp::parse_fp8_matmul_kernel(kernel));
       },
       py::arg("out"), py::arg("a"), py::arg("a_scale_inverse"), py::arg("b"), py::arg("b_scale_inverse"),
       py::arg("kernel"));

@@ -78,7 +78,7 @@ class _Fp8LinearFunction(torch.autograd.Function):
             g_t = g.t()
             grad_weight = _matmul(g_t, g_inverse, x, x_inverse, ctx.weight_dtype, ctx.kernel)
         if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
-            grad_bias = grad_2d.float().sum(0).to(ctx.bias_dtype)
+            grad_bias = grad_2d.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
         return grad_input, grad_weight, grad_bias, None, None, None
 
 

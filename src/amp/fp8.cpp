@@ -5,6 +5,8 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/_scaled_mm.h>
+#include <ATen/ops/aminmax.h>
+#include <ATen/ops/maximum.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/ones_like.h>
@@ -14,6 +16,7 @@
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
 
 #include <cmath>
 #include <map>
@@ -59,17 +62,94 @@ bool scaled_mm_writes(c10::ScalarType dtype) {
   return dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf;
 }
 
+// _scaled_mm's layout contract: the first operand row-major, the second column-major; K and N
+// zero-padded to multiples of 16.
+std::pair<at::Tensor, at::Tensor> scaled_mm_operands(const at::Tensor& a, const at::Tensor& b) {
+  const int64_t m = a.size(0), k16 = round_up_16(a.size(1)), n16 = round_up_16(b.size(1));
+  return {zero_padded(a, m, k16).contiguous(), zero_padded(b, k16, n16).t().contiguous().t()};
+}
+
 at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& a_scale_inverse, const at::Tensor& b,
                      const at::Tensor& b_scale_inverse, c10::ScalarType out_dtype) {
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  const int64_t k16 = round_up_16(k), n16 = round_up_16(n);
-  // _scaled_mm's layout contract: the first operand row-major, the second column-major.
-  const at::Tensor lhs = zero_padded(a, m, k16).contiguous();
-  const at::Tensor rhs = zero_padded(b, k16, n16).t().contiguous().t();
+  const auto [lhs, rhs] = scaled_mm_operands(a, b);
   const c10::ScalarType written = scaled_mm_writes(out_dtype) ? out_dtype : at::kFloat;
   at::Tensor product = at::_scaled_mm(lhs, rhs, a_scale_inverse, b_scale_inverse, std::nullopt, std::nullopt, written);
-  if (n16 != n) product = product.narrow(1, 0, n).contiguous();
+  const int64_t n = b.size(1);
+  if (rhs.size(1) != n) product = product.narrow(1, 0, n).contiguous();
   return product.to(out_dtype);
+}
+
+// The emulation's operands: dequantized to float32, for a float32 matmul.
+std::pair<at::Tensor, at::Tensor> emulated_operands(const at::Tensor& a, const at::Tensor& a_scale_inverse,
+                                                    const at::Tensor& b, const at::Tensor& b_scale_inverse) {
+  return {a.to(at::kFloat) * a_scale_inverse, b.to(at::kFloat) * b_scale_inverse};
+}
+
+void check_matmul_operands(const at::Tensor& a, const at::Tensor& a_scale_inverse, const at::Tensor& b,
+                           const at::Tensor& b_scale_inverse) {
+  TORCH_CHECK_VALUE(a.defined() && b.defined() && is_fp8(a) && is_fp8(b),
+                    "fp8_matmul: both operands must be float8_e4m3fn or float8_e5m2 tensors, got ",
+                    a.defined() ? c10::toString(a.scalar_type()) : "undefined", " and ",
+                    b.defined() ? c10::toString(b.scalar_type()) : "undefined");
+  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0),
+                    "fp8_matmul: expected a [M, K] and b [K, N], got ", a.sizes(), " and ", b.sizes());
+  TORCH_CHECK_VALUE(!(a.scalar_type() == at::kFloat8_e5m2 && b.scalar_type() == at::kFloat8_e5m2),
+                    "fp8_matmul: e5m2 x e5m2 is not supported by _scaled_mm; quantize one operand as e4m3");
+  check_scale_inverse(a_scale_inverse, "a_scale_inverse");
+  check_scale_inverse(b_scale_inverse, "b_scale_inverse");
+}
+
+// No matmul kernel is asked to take an empty operand: [M, 0] @ [0, N] sums nothing, so it is zeros.
+bool has_empty_dimension(const at::Tensor& a, const at::Tensor& b) {
+  return a.size(0) == 0 || a.size(1) == 0 || b.size(1) == 0;
+}
+
+// "Float of shape [2, 3] on cpu", for error messages.
+std::string describe(const at::Tensor& t) {
+  return t.defined() ? c10::str(t.scalar_type(), " of shape ", t.sizes(), " on ", t.device()) : "an undefined tensor";
+}
+
+// max |x| over the input, as float32: max(|min x|, |max x|). aminmax reads the input once in its
+// own dtype (the max of bf16 or fp16 values is one of them, so nothing is rounded) and propagates
+// NaN as abs().amax() would, without the float32 copy and the |x| tensor that those write.
+at::Tensor absolute_max(const at::Tensor& values) {
+  const auto [smallest, largest] = at::aminmax(values);
+  return at::maximum(smallest.abs(), largest.abs()).to(at::kFloat);
+}
+
+// Steps 1 and 2 of quantize_delayed's contract; returns x * scale clamped to the format's range, in
+// float32, ready for the cast. An empty input has no amax: the state stays as it is.
+at::Tensor update_state_and_scale(const at::Tensor& input, Fp8Format format, const DelayedScalingOptions& options,
+                                  Fp8ScalingState& state) {
+  options.validate();
+  TORCH_CHECK_VALUE(state.amax_history.defined() && state.amax_history.dim() == 1 &&
+                        state.amax_history.size(0) == options.amax_history_length,
+                    "fp8 scaling state: the amax history must have ", options.amax_history_length,
+                    " entries (amax_history_length), got ",
+                    state.amax_history.defined() ? state.amax_history.sizes().vec() : std::vector<int64_t>{});
+  TORCH_CHECK_VALUE(input.is_floating_point() && !is_fp8(input),
+                    "quantize_delayed: the input must be a float32/bf16/fp16 tensor, got ", input.scalar_type());
+  const double max_value = fp8_max(format);
+  const at::Tensor values = input.detach();
+  if (values.numel() > 0) {
+    const at::Tensor amax = absolute_max(values);
+    const at::Tensor history_max = state.amax_history.amax();
+    const at::Tensor amax_for_scale = at::where(history_max > 0, history_max, amax);
+    // fp8_max / (amax * 2^margin) as one IEEE division (a reciprocal-then-multiply rounds twice).
+    const at::Tensor candidate = at::ones_like(amax_for_scale)
+                                     .mul_(max_value)
+                                     .div_(amax_for_scale * std::ldexp(1.0, static_cast<int>(options.margin)));
+    const at::Tensor usable = (amax_for_scale > 0).logical_and(candidate.isfinite());
+    state.scale.copy_(at::where(usable, candidate, state.scale));
+
+    state.amax_history.copy_(at::roll(state.amax_history, 1));
+    state.amax_history.select(0, 0).copy_(at::where(amax.isfinite(), amax, at::zeros_like(amax)));
+  }
+  // One float32 temporary, scaled and clamped in place: a float32 input is multiplied into a new
+  // tensor, any other is widened first. Either way the product is float32's, as the cast needs.
+  at::Tensor scaled = values.scalar_type() == at::kFloat ? values * state.scale
+                                                          : values.to(at::kFloat).mul_(state.scale);
+  return scaled.clamp_(-max_value, max_value);
 }
 
 }  // namespace
@@ -103,33 +183,21 @@ Fp8ScalingState Fp8ScalingState::create(int64_t amax_history_length, c10::Device
 
 Fp8Tensor quantize_delayed(const at::Tensor& input, Fp8Format format, const DelayedScalingOptions& options,
                            Fp8ScalingState& state) {
-  options.validate();
-  TORCH_CHECK_VALUE(state.amax_history.defined() && state.amax_history.dim() == 1 &&
-                        state.amax_history.size(0) == options.amax_history_length,
-                    "fp8 scaling state: the amax history must have ", options.amax_history_length,
-                    " entries (amax_history_length), got ",
-                    state.amax_history.defined() ? state.amax_history.sizes().vec() : std::vector<int64_t>{});
-  TORCH_CHECK_VALUE(input.is_floating_point() && !is_fp8(input),
-                    "quantize_delayed: the input must be a float32/bf16/fp16 tensor, got ", input.scalar_type());
   NoAutocast no_autocast(c10::autocast_dispatch_keyset);
-  const double max_value = fp8_max(format);
-  const at::Tensor values = input.detach().to(at::kFloat);
-  const at::Tensor amax = values.abs().amax();
-
-  const at::Tensor history_max = state.amax_history.amax();
-  const at::Tensor amax_for_scale = at::where(history_max > 0, history_max, amax);
-  // fp8_max / (amax * 2^margin) as one IEEE division (a reciprocal-then-multiply rounds twice).
-  const at::Tensor candidate = at::ones_like(amax_for_scale)
-                                   .mul_(max_value)
-                                   .div_(amax_for_scale * std::ldexp(1.0, static_cast<int>(options.margin)));
-  const at::Tensor usable = (amax_for_scale > 0).logical_and(candidate.isfinite());
-  state.scale.copy_(at::where(usable, candidate, state.scale));
-
-  state.amax_history.copy_(at::roll(state.amax_history, 1));
-  state.amax_history.select(0, 0).copy_(at::where(amax.isfinite(), amax, at::zeros_like(amax)));
-
-  at::Tensor data = (values * state.scale).clamp(-max_value, max_value).to(fp8_scalar_type(format));
+  at::Tensor data = update_state_and_scale(input, format, options, state).to(fp8_scalar_type(format));
   return {std::move(data), state.scale.reciprocal()};
+}
+
+at::Tensor quantize_delayed_into(const at::Tensor& data, const at::Tensor& input, Fp8Format format,
+                                 const DelayedScalingOptions& options, Fp8ScalingState& state) {
+  TORCH_CHECK_VALUE(data.defined() && data.scalar_type() == fp8_scalar_type(format) && data.sizes() == input.sizes() &&
+                        data.device() == input.device(),
+                    "quantize_delayed_into: data must be a ", fp8_scalar_type(format), " tensor of the input's shape ",
+                    input.sizes(), " on ", input.device(), ", got ", describe(data));
+  NoAutocast no_autocast(c10::autocast_dispatch_keyset);
+  // copy_ converts float32 to float8 exactly as .to() does, straight into the caller's tensor.
+  data.copy_(update_state_and_scale(input, format, options, state));
+  return state.scale.reciprocal();
 }
 
 const char* to_string(Fp8MatmulKernel kernel) {
@@ -177,22 +245,47 @@ Fp8MatmulKernel resolve_fp8_matmul_kernel(Fp8MatmulKernel kernel, c10::Device de
 
 at::Tensor fp8_matmul(const at::Tensor& a, const at::Tensor& a_scale_inverse, const at::Tensor& b,
                       const at::Tensor& b_scale_inverse, c10::ScalarType out_dtype, Fp8MatmulKernel kernel) {
-  TORCH_CHECK_VALUE(a.defined() && b.defined() && is_fp8(a) && is_fp8(b),
-                    "fp8_matmul: both operands must be float8_e4m3fn or float8_e5m2 tensors, got ",
-                    a.defined() ? c10::toString(a.scalar_type()) : "undefined", " and ",
-                    b.defined() ? c10::toString(b.scalar_type()) : "undefined");
-  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0),
-                    "fp8_matmul: expected a [M, K] and b [K, N], got ", a.sizes(), " and ", b.sizes());
-  TORCH_CHECK_VALUE(!(a.scalar_type() == at::kFloat8_e5m2 && b.scalar_type() == at::kFloat8_e5m2),
-                    "fp8_matmul: e5m2 x e5m2 is not supported by _scaled_mm; quantize one operand as e4m3");
-  check_scale_inverse(a_scale_inverse, "a_scale_inverse");
-  check_scale_inverse(b_scale_inverse, "b_scale_inverse");
+  check_matmul_operands(a, a_scale_inverse, b, b_scale_inverse);
   NoAutocast no_autocast(c10::autocast_dispatch_keyset);
+  if (has_empty_dimension(a, b)) return at::zeros({a.size(0), b.size(1)}, a.options().dtype(out_dtype));
   const at::Tensor a_inverse = a_scale_inverse.reshape({}), b_inverse = b_scale_inverse.reshape({});
   if (resolve_fp8_matmul_kernel(kernel, a.device()) == Fp8MatmulKernel::kScaledMm) {
     return scaled_mm(a, a_inverse, b, b_inverse, out_dtype);
   }
-  return at::mm(a.to(at::kFloat) * a_inverse, b.to(at::kFloat) * b_inverse).to(out_dtype);
+  const auto [lhs, rhs] = emulated_operands(a, a_inverse, b, b_inverse);
+  return at::mm(lhs, rhs).to(out_dtype);
+}
+
+void fp8_matmul_into(at::Tensor out, const at::Tensor& a, const at::Tensor& a_scale_inverse,
+                     const at::Tensor& b, const at::Tensor& b_scale_inverse, Fp8MatmulKernel kernel) {
+  check_matmul_operands(a, a_scale_inverse, b, b_scale_inverse);
+  TORCH_CHECK_VALUE(out.defined() && out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(1) &&
+                        out.device() == a.device(),
+                    "fp8_matmul_into: out must be a [", a.size(0), ", ", b.size(1), "] tensor on ", a.device(),
+                    ", got ", describe(out));
+  NoAutocast no_autocast(c10::autocast_dispatch_keyset);
+  if (has_empty_dimension(a, b)) {
+    out.zero_();
+    return;
+  }
+  const at::Tensor a_inverse = a_scale_inverse.reshape({}), b_inverse = b_scale_inverse.reshape({});
+  const c10::ScalarType out_dtype = out.scalar_type();
+  // Where the kernel can write `out` itself, it does; otherwise the product is copied in.
+  if (resolve_fp8_matmul_kernel(kernel, a.device()) == Fp8MatmulKernel::kScaledMm) {
+    if (out.is_contiguous() && scaled_mm_writes(out_dtype) && b.size(1) % 16 == 0) {
+      const auto [lhs, rhs] = scaled_mm_operands(a, b);
+      at::_scaled_mm_out(out, lhs, rhs, a_inverse, b_inverse, std::nullopt, std::nullopt, out_dtype);
+    } else {
+      out.copy_(scaled_mm(a, a_inverse, b, b_inverse, out_dtype));
+    }
+  } else {
+    const auto [lhs, rhs] = emulated_operands(a, a_inverse, b, b_inverse);
+    if (out_dtype == at::kFloat) {
+      at::mm_out(out, lhs, rhs);
+    } else {
+      out.copy_(at::mm(lhs, rhs));
+    }
+  }
 }
 
 }  // namespace torchbridge::amp

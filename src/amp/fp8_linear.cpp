@@ -70,7 +70,8 @@ struct Fp8LinearFunction : torch::autograd::Function<Fp8LinearFunction> {
     at::Tensor grad_bias;
     if (ctx->saved_data["has_bias"].toBool()) {
       const auto bias_dtype = static_cast<c10::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
-      grad_bias = grad_2d.to(at::kFloat).sum(0).to(bias_dtype);
+      // Summed in float32 straight from the gradient's dtype (no widened copy of it first).
+      grad_bias = grad_2d.sum(0, /*keepdim=*/false, at::kFloat).to(bias_dtype);
     }
     // One gradient per forward argument; the state tensors and options get none.
     return {grad_input, grad_weight, grad_bias, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};

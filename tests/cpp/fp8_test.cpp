@@ -6,6 +6,8 @@
 #include <torchbridge/amp/fp8.h>
 #include <torchbridge/amp/fp8_conversion.h>
 #include <torchbridge/amp/fp8_linear.h>
+#include <torchbridge/backend.h>
+#include <torchbridge/registry.h>
 #include <torchbridge/sdk/device.h>
 
 #include <ATen/ATen.h>
@@ -21,6 +23,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,6 +115,75 @@ TEST(Fp8Scaling, RejectsAHistoryOfTheWrongLengthAndNonFloatInput) {
                "must be a float32/bf16/fp16 tensor, got Long");
 }
 
+// quantize_delayed against the recipe written out here, bit for bit, for every input dtype, both
+// formats, and values that saturate, overflow or are NaN; quantize_delayed_into writes the same.
+TEST(Fp8Scaling, QuantizationEqualsTheRecipeForEveryInputDtype) {
+  at::manual_seed(4);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (const auto format : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+      const double max_value = fp8_max(format);
+      const c10::ScalarType fp8 = fp8_scalar_type(format);
+      Fp8ScalingState state = Fp8ScalingState::create(3, c10::kCPU), twin = Fp8ScalingState::create(3, c10::kCPU);
+      at::Tensor expected_history = at::zeros({3});
+      std::vector<at::Tensor> inputs{at::randn({37, 21}).mul(3).to(dtype), at::randn({37, 21}).mul(50).to(dtype),
+                                     at::randn({5, 8}).to(dtype)};
+      inputs[2].index_put_({0, 0}, inf);       // the step's amax is inf: recorded as 0
+      inputs[1].index_put_({1, 1}, -1000.0);   // beyond the first step's scale: saturates
+      for (const at::Tensor& input : inputs) {
+        const at::Tensor amax = input.to(at::kFloat).abs().amax();
+        const double history_max = expected_history.max().item<double>();
+        const double scale_before = item(state.scale);
+        const Fp8Tensor q = quantize_delayed(input, format, {3, 0}, state);
+        const at::Tensor into = at::empty(input.sizes(), at::TensorOptions().dtype(fp8));
+        const at::Tensor into_inverse = quantize_delayed_into(into, input, format, {3, 0}, twin);
+
+        const float scale = item(state.scale);
+        const double used_amax = history_max > 0 ? history_max : amax.item<double>();
+        const float expected_scale =
+            std::isfinite(used_amax) && used_amax > 0 ? static_cast<float>(max_value / used_amax) : scale_before;
+        EXPECT_FLOAT_EQ(scale, expected_scale) << dtype << " " << to_string(format);
+        const at::Tensor expected = (input.to(at::kFloat) * state.scale).clamp(-max_value, max_value).to(fp8);
+        EXPECT_TRUE(at::equal(q.data.view(at::kByte), expected.view(at::kByte))) << dtype << " " << to_string(format);
+        EXPECT_TRUE(at::equal(into.view(at::kByte), expected.view(at::kByte))) << dtype << " " << to_string(format);
+        EXPECT_TRUE(at::equal(into_inverse, q.scale_inverse));
+        EXPECT_TRUE(at::equal(twin.amax_history, state.amax_history));
+
+        expected_history = at::roll(expected_history, 1);
+        expected_history[0] = amax.isfinite().item<bool>() ? amax : at::zeros({});
+        EXPECT_TRUE(at::equal(state.amax_history, expected_history)) << state.amax_history << expected_history;
+      }
+    }
+  }
+}
+
+TEST(Fp8Scaling, AnEmptyInputLeavesTheStateAsItIs) {
+  Fp8ScalingState state = Fp8ScalingState::create(2, c10::kCPU);
+  quantize_delayed(at::tensor({2.0f}), Fp8Format::kE4M3, {2, 0}, state);
+  const at::Tensor history = state.amax_history.clone(), scale = state.scale.clone();
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    const Fp8Tensor q = quantize_delayed(at::empty({0, 16}, dtype), Fp8Format::kE4M3, {2, 0}, state);
+    EXPECT_EQ(q.data.sizes(), (std::vector<int64_t>{0, 16}));
+    EXPECT_EQ(q.data.scalar_type(), at::kFloat8_e4m3fn);
+    EXPECT_EQ(item(q.scale_inverse), 1.0f / 224.0f);
+    EXPECT_TRUE(at::equal(state.amax_history, history));
+    EXPECT_TRUE(at::equal(state.scale, scale));
+  }
+}
+
+TEST(Fp8Scaling, QuantizeIntoRejectsADestinationThatDoesNotFit) {
+  Fp8ScalingState state = Fp8ScalingState::create(1, c10::kCPU);
+  const at::Tensor input = at::ones({2, 3});
+  const at::Tensor e4m3 = at::empty({2, 3}, at::kFloat8_e4m3fn), transposed = at::empty({3, 2}, at::kFloat8_e4m3fn);
+  expect_error([&] { quantize_delayed_into(transposed, input, Fp8Format::kE4M3, {1, 0}, state); },
+               "quantize_delayed_into: data must be a Float8_e4m3fn tensor of the input's shape [2, 3] on cpu, got "
+               "Float8_e4m3fn of shape [3, 2] on cpu");
+  expect_error([&] { quantize_delayed_into(e4m3, input, Fp8Format::kE5M2, {1, 0}, state); },
+               "data must be a Float8_e5m2 tensor");
+  // Nothing was quantized: the state did not move.
+  EXPECT_TRUE(at::equal(state.amax_history, at::zeros({1})));
+}
+
 // The emulation is meant to be _scaled_mm's numerics: on the CPU, torch has a _scaled_mm kernel to
 // check it against. Where no dimension needs padding the two are bit-identical; where _scaled_mm
 // gets operands zero-padded to multiples of 16, the CPU's BLAS may block the longer sums
@@ -143,6 +216,48 @@ TEST(Fp8Matmul, EmulationEqualsTorchsScaledMmKernel) {
   }
   // auto resolves to the emulation on a CPU: no CPU has FP8 matrix units.
   EXPECT_EQ(resolve_fp8_matmul_kernel(Fp8MatmulKernel::kAuto, c10::kCPU), Fp8MatmulKernel::kEmulated);
+}
+
+// fp8_matmul_into writes what fp8_matmul returns, on both kernels, into outputs the kernel can
+// write itself (contiguous, N a multiple of 16) and into ones it cannot (strided, N = 20, float64).
+TEST(Fp8Matmul, IntoWritesWhatFp8MatmulReturns) {
+  at::manual_seed(5);
+  for (const int64_t n : {32, 20}) {
+    Fp8ScalingState sa = Fp8ScalingState::create(1, c10::kCPU), sb = Fp8ScalingState::create(1, c10::kCPU);
+    const Fp8Tensor a = quantize_delayed(at::randn({24, 48}), Fp8Format::kE4M3, {1, 0}, sa);
+    const Fp8Tensor b = quantize_delayed(at::randn({n, 48}), Fp8Format::kE5M2, {1, 0}, sb);
+    for (const auto kernel : {Fp8MatmulKernel::kEmulated, Fp8MatmulKernel::kScaledMm}) {
+      for (const auto dtype : {at::kFloat, at::kBFloat16, at::kDouble}) {
+        const at::Tensor expected = fp8_matmul(a.data, a.scale_inverse, b.data.t(), b.scale_inverse, dtype, kernel);
+        const at::Tensor contiguous = at::full({24, n}, 7.0, at::TensorOptions().dtype(dtype));
+        const at::Tensor strided = at::full({n, 24}, 7.0, at::TensorOptions().dtype(dtype)).t();
+        for (const at::Tensor& out : {contiguous, strided}) {
+          fp8_matmul_into(out, a.data, a.scale_inverse, b.data.t(), b.scale_inverse, kernel);
+          EXPECT_TRUE(at::equal(out, expected)) << to_string(kernel) << " " << dtype << " n " << n;
+        }
+      }
+    }
+  }
+  const at::Tensor e4 = at::ones({16, 16}).to(at::kFloat8_e4m3fn), one = at::ones({});
+  expect_error([&] { fp8_matmul_into(at::empty({16, 8}), e4, one, e4, one); },
+               "fp8_matmul_into: out must be a [16, 16] tensor on cpu, got Float of shape [16, 8] on cpu");
+}
+
+// No kernel is given an empty operand: M = 0 or N = 0 give an empty product, K = 0 gives zeros.
+TEST(Fp8Matmul, EmptyDimensionsGiveAnEmptyOrZeroProduct) {
+  const at::Tensor one = at::ones({});
+  for (const auto kernel : {Fp8MatmulKernel::kEmulated, Fp8MatmulKernel::kScaledMm}) {
+    for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{0, 16, 16}, {16, 16, 0}, {16, 0, 32}}) {
+      const at::Tensor a = at::ones({m, k}).to(at::kFloat8_e4m3fn), b = at::ones({k, n}).to(at::kFloat8_e4m3fn);
+      const at::Tensor product = fp8_matmul(a, one, b, one, at::kBFloat16, kernel);
+      EXPECT_EQ(product.sizes(), (std::vector<int64_t>{m, n}));
+      EXPECT_EQ(product.scalar_type(), at::kBFloat16);
+      EXPECT_TRUE(at::equal(product, at::zeros({m, n}, at::kBFloat16)));
+      const at::Tensor out = at::full({m, n}, 3.0);
+      fp8_matmul_into(out, a, one, b, one, kernel);
+      EXPECT_TRUE(at::equal(out, at::zeros({m, n})));
+    }
+  }
 }
 
 TEST(Fp8Matmul, RejectsWhatScaledMmCannotDo) {
@@ -225,6 +340,24 @@ TEST_P(Fp8LinearTest, GivesTheCpusNumbersBitForBit) {
   }
 }
 
+// As torch::nn::Linear does, a batch of no tokens gives an empty output and zero gradients, and
+// it leaves the scaling state alone.
+TEST_P(Fp8LinearTest, AnEmptyBatchGivesAnEmptyOutputAndZeroGradients) {
+  Fp8Linear layer(Fp8LinearOptions(16, 32));
+  layer->to(device());
+  layer(at::randn({4, 16}).to(device())).sum().backward();
+  const at::Tensor history = layer->input_scaling.amax_history.cpu();
+  layer->zero_grad();
+  const at::Tensor x = at::randn({2, 0, 16}).to(device()).set_requires_grad(true);
+  const at::Tensor y = layer(x);
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 0, 32}));
+  y.sum().backward();
+  EXPECT_EQ(x.grad().sizes(), x.sizes());
+  EXPECT_TRUE(at::equal(layer->weight.grad().cpu(), at::zeros({32, 16})));
+  EXPECT_TRUE(at::equal(layer->bias.grad().cpu(), at::zeros({32})));
+  EXPECT_TRUE(at::equal(layer->input_scaling.amax_history.cpu(), history));
+}
+
 TEST_P(Fp8LinearTest, UnderAutocastTheOutputHasTheAutocastDtypeAndGradientsTheParameters) {
   Fp8Linear layer(Fp8LinearOptions(16, 16));
   layer->to(device());
@@ -277,6 +410,101 @@ TEST_P(Fp8LinearTest, ConvertedSequentialTrainsLikeFloat32) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Fp8LinearTest, ::testing::Values("cpu", "emu"));
+
+// ---- On an NVIDIA GPU with FP8 units (sm_89+): torch._scaled_mm. Elsewhere these skip, naming why.
+// CTest runs each in a process of its own, so emu (loaded by the tests above) never shares it.
+
+std::optional<std::string> why_no_fp8_cuda() {
+  const std::shared_ptr<Backend> cuda = BackendRegistry::instance().lookup("cuda");
+  if (!cuda->is_available()) return "no NVIDIA GPU: " + cuda->availability().reason;
+  if (sdk::autograd_refusal()) return std::string("an SDK device holds this process's autograd");
+  if (resolve_fp8_matmul_kernel(Fp8MatmulKernel::kAuto, c10::Device("cuda:0")) != Fp8MatmulKernel::kScaledMm) {
+    return std::string("cuda:0 has no FP8 matrix units (sm_89 or newer has them)");
+  }
+  return std::nullopt;
+}
+
+// The device's quantization gives the CPU's bits; _scaled_mm agrees with the emulation to float32
+// rounding (its accumulation order is its own); fp8_matmul_into writes what fp8_matmul returns,
+// in place (contiguous, N = 48) and through a copy (strided); empty dimensions call no kernel.
+TEST(Fp8Cuda, ScaledMmAgreesWithTheEmulationAndWritesOutInPlace) {
+  if (const auto why = why_no_fp8_cuda()) GTEST_SKIP() << *why;
+  const c10::Device gpu("cuda:0");
+  at::manual_seed(6);
+  const at::Tensor a_values = at::randn({64, 96}), b_values = at::randn({48, 96}).to(at::kBFloat16);
+  Fp8ScalingState sa = Fp8ScalingState::create(4, gpu), sb = Fp8ScalingState::create(4, gpu);
+  Fp8ScalingState sa_cpu = Fp8ScalingState::create(4, c10::kCPU), sb_cpu = Fp8ScalingState::create(4, c10::kCPU);
+  const Fp8Tensor a = quantize_delayed(a_values.to(gpu), Fp8Format::kE4M3, {4, 0}, sa);
+  const Fp8Tensor b = quantize_delayed(b_values.to(gpu), Fp8Format::kE5M2, {4, 0}, sb);
+  const Fp8Tensor a_cpu = quantize_delayed(a_values, Fp8Format::kE4M3, {4, 0}, sa_cpu);
+  const Fp8Tensor b_cpu = quantize_delayed(b_values, Fp8Format::kE5M2, {4, 0}, sb_cpu);
+  EXPECT_TRUE(at::equal(a.data.cpu().view(at::kByte), a_cpu.data.view(at::kByte)));
+  EXPECT_TRUE(at::equal(b.data.cpu().view(at::kByte), b_cpu.data.view(at::kByte)));
+  EXPECT_TRUE(at::equal(sa.amax_history.cpu(), sa_cpu.amax_history));
+  EXPECT_TRUE(at::equal(sb.scale.cpu(), sb_cpu.scale));
+
+  const at::Tensor bt = b.data.t();
+  const at::Tensor emulated = fp8_matmul(a.data, a.scale_inverse, bt, b.scale_inverse, at::kFloat,
+                                         Fp8MatmulKernel::kEmulated);
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor product =
+        fp8_matmul(a.data, a.scale_inverse, bt, b.scale_inverse, dtype, Fp8MatmulKernel::kScaledMm);
+    EXPECT_EQ(product.device(), gpu);
+    const double scale = emulated.abs().max().item<double>();
+    EXPECT_TRUE(at::allclose(product.to(at::kFloat), emulated, dtype == at::kFloat ? 1e-4 : 1.0 / 128, 1e-4 * scale))
+        << dtype << " max |diff| " << (product.to(at::kFloat) - emulated).abs().max().item<double>();
+    const at::Tensor contiguous = at::full({64, 48}, 7.0, at::TensorOptions().dtype(dtype).device(gpu));
+    const at::Tensor strided = at::full({48, 64}, 7.0, at::TensorOptions().dtype(dtype).device(gpu)).t();
+    for (const at::Tensor& out : {contiguous, strided}) {
+      fp8_matmul_into(out, a.data, a.scale_inverse, bt, b.scale_inverse, Fp8MatmulKernel::kScaledMm);
+      EXPECT_TRUE(at::equal(out, product)) << dtype << (out.is_contiguous() ? " contiguous" : " strided");
+    }
+  }
+  const at::Tensor none = a.data.narrow(0, 0, 0);
+  EXPECT_EQ(fp8_matmul(none, a.scale_inverse, bt, b.scale_inverse, at::kFloat).sizes(),
+            (std::vector<int64_t>{0, 48}));
+  const at::Tensor over_nothing = fp8_matmul(a.data.narrow(1, 0, 0), a.scale_inverse, bt.narrow(0, 0, 0),
+                                             b.scale_inverse, at::kFloat);
+  EXPECT_TRUE(at::equal(over_nothing.cpu(), at::zeros({64, 48})));
+}
+
+// Fp8Linear on the GPU (_scaled_mm) against the same layer emulated on the CPU: the same scaling
+// state, and outputs and gradients equal to float32 rounding; an empty batch as on the CPU.
+TEST(Fp8Cuda, LinearMatchesTheCpuEmulationAndTakesAnEmptyBatch) {
+  if (const auto why = why_no_fp8_cuda()) GTEST_SKIP() << *why;
+  const c10::Device gpu("cuda:0");
+  at::manual_seed(7);
+  Fp8Linear on_cpu(Fp8LinearOptions(64, 32));
+  Fp8Linear on_gpu(Fp8LinearOptions(64, 32));
+  on_gpu->weight.data().copy_(on_cpu->weight.detach());
+  on_gpu->bias.data().copy_(on_cpu->bias.detach());
+  on_gpu->to(gpu);
+  for (int step = 0; step < 3; ++step) {
+    const at::Tensor x = at::randn({16, 64}), grad = at::randn({16, 32});
+    const at::Tensor xc = x.clone().set_requires_grad(true), xg = x.to(gpu).set_requires_grad(true);
+    const at::Tensor yc = on_cpu(xc), yg = on_gpu(xg);
+    yc.backward(grad);
+    yg.backward(grad.to(gpu));
+    auto close = [](const at::Tensor& gpu_result, const at::Tensor& cpu_result) {
+      const double scale = cpu_result.abs().max().item<double>();
+      return at::allclose(gpu_result.cpu(), cpu_result, 1e-4, 1e-4 * scale);
+    };
+    EXPECT_TRUE(close(yg, yc)) << "step " << step;
+    EXPECT_TRUE(close(xg.grad(), xc.grad())) << "step " << step;
+    EXPECT_TRUE(close(on_gpu->weight.grad(), on_cpu->weight.grad())) << "step " << step;
+    EXPECT_TRUE(close(on_gpu->bias.grad(), on_cpu->bias.grad())) << "step " << step;
+    EXPECT_TRUE(at::equal(on_gpu->input_scaling.amax_history.cpu(), on_cpu->input_scaling.amax_history));
+    EXPECT_TRUE(at::equal(on_gpu->grad_output_scaling.scale.cpu(), on_cpu->grad_output_scaling.scale));
+  }
+  on_gpu->zero_grad();
+  const at::Tensor history = on_gpu->input_scaling.amax_history.cpu();
+  const at::Tensor empty = at::randn({0, 64}).to(gpu).set_requires_grad(true);
+  const at::Tensor y = on_gpu(empty);
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{0, 32}));
+  y.sum().backward();
+  EXPECT_TRUE(at::equal(on_gpu->weight.grad().cpu(), at::zeros({32, 64})));
+  EXPECT_TRUE(at::equal(on_gpu->input_scaling.amax_history.cpu(), history));
+}
 
 // A module that calls its layers through member holders, as most LibTorch code does.
 struct TwoLayers : torch::nn::Module {

@@ -52,6 +52,22 @@ def test_forward_and_backward_follow_the_recipe(device):
     assert layer.grad_output_amax_history[0].item() == grad.abs().max().item()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_empty_batch_gives_what_nn_linear_gives_and_leaves_the_scaling_state_alone(device):
+    layer = Fp8Linear(16, 32, device=device)
+    layer(torch.randn(4, 16, device=device)).sum().backward()
+    history, scale = layer.input_amax_history.clone(), layer.input_scale.clone()
+    layer.zero_grad()
+    x = torch.randn(2, 0, 16, device=device, requires_grad=True)
+    y = layer(x)
+    assert y.shape == nn.Linear(16, 32)(torch.randn(2, 0, 16)).shape == (2, 0, 32)
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+    assert torch.equal(layer.weight.grad.cpu(), torch.zeros(32, 16))
+    assert torch.equal(layer.bias.grad.cpu(), torch.zeros(32))
+    assert torch.equal(layer.input_amax_history, history) and torch.equal(layer.input_scale, scale)
+
+
 def _three_steps(kernel, batch, in_features, out_features):
     torch.manual_seed(1)
     layer = Fp8Linear(in_features, out_features, kernel=kernel)

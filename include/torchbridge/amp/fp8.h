@@ -60,9 +60,16 @@ struct Fp8Tensor {
 //  2. The input's amax enters the history (oldest dropped); a non-finite amax is recorded as 0,
 //     so one overflowing step does not poison the next amax_history_length scales.
 //  3. data = clamp(input * scale, -fp8_max, fp8_max) cast to float8 (saturating, as TE does).
+// An empty input (a batch of no tokens) leaves the state as it is and gives empty data.
 // Autocast does not apply inside. The history's length must match options.amax_history_length.
 Fp8Tensor quantize_delayed(const at::Tensor& input, Fp8Format format, const DelayedScalingOptions& options,
                            Fp8ScalingState& state);
+
+// The same, writing the float8 values into `data` (float8 of `format`, the input's shape and
+// device; c10::ValueError otherwise) instead of a new tensor; returns 1 / scale. For callers that
+// allocate results themselves (the Python layer), without a copy.
+at::Tensor quantize_delayed_into(const at::Tensor& data, const at::Tensor& input, Fp8Format format,
+                                 const DelayedScalingOptions& options, Fp8ScalingState& state);
 
 // How a matmul of two FP8 operands is computed.
 enum class Fp8MatmulKernel {
@@ -82,8 +89,16 @@ Fp8MatmulKernel resolve_fp8_matmul_kernel(Fp8MatmulKernel kernel, c10::Device de
 // which _scaled_mm does not support), with the scale inverses of each, as `out_dtype`.
 // For kScaledMm the operands are laid out as _scaled_mm requires (a row-major, b column-major)
 // and K and N are zero-padded to multiples of 16, which changes no value of the result.
+// An empty M, K or N gives [M, N] zeros without calling a kernel.
 at::Tensor fp8_matmul(const at::Tensor& a, const at::Tensor& a_scale_inverse, const at::Tensor& b,
                       const at::Tensor& b_scale_inverse, c10::ScalarType out_dtype,
                       Fp8MatmulKernel kernel = Fp8MatmulKernel::kAuto);
+
+// The same product written into `out` ([M, N] on a's device, in out's dtype; c10::ValueError
+// otherwise). The kernel writes `out` itself where it can (a contiguous float32/bf16/fp16 `out`
+// and N a multiple of 16 for _scaled_mm, float32 for the emulation); otherwise the product is
+// copied in.
+void fp8_matmul_into(at::Tensor out, const at::Tensor& a, const at::Tensor& a_scale_inverse, const at::Tensor& b,
+                     const at::Tensor& b_scale_inverse, Fp8MatmulKernel kernel = Fp8MatmulKernel::kAuto);
 
 }  // namespace torchbridge::amp
