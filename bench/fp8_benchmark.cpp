@@ -17,12 +17,13 @@
 #include <torchbridge/amp/fp8.h>
 #include <torchbridge/amp/fp8_linear.h>
 #include <torchbridge/backend.h>
+#include <torchbridge/parse_integer.h>
 #include <torchbridge/registry.h>
 
 #include <ATen/ATen.h>
+#include <c10/util/Exception.h>
 #include <torch/nn/modules/linear.h>
 
-#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -41,31 +42,15 @@ std::set<std::string> parse_parts(const std::string& list) {
   std::stringstream stream(list);
   for (std::string part; std::getline(stream, part, ',');) {
     if (known.count(part) == 0) {
-      throw std::invalid_argument("fp8_benchmark: unknown part '" + part + "' in '" + list +
+      throw std::invalid_argument("unknown part '" + part + "' in '" + list +
                                   "': expected a comma list of matmul, linear, quantize");
     }
     parts.insert(part);
   }
   if (parts.empty()) {
-    throw std::invalid_argument("fp8_benchmark: PARTS is empty: expected a comma list of matmul, linear, quantize");
+    throw std::invalid_argument("PARTS is empty: expected a comma list of matmul, linear, quantize");
   }
   return parts;
-}
-
-// A positive whole number from the command line, or an error naming the argument and its value.
-int64_t parse_positive(const char* text, const char* what) {
-  std::size_t used = 0;
-  int64_t value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || text[used] != '\0' || value < 1) {
-    throw std::invalid_argument(std::string("fp8_benchmark: ") + what + " must be a positive whole number, got '" +
-                                text + "'");
-  }
-  return value;
 }
 
 }  // namespace
@@ -73,8 +58,8 @@ int64_t parse_positive(const char* text, const char* what) {
 int main(int argc, char** argv) try {
   using namespace torchbridge;
   const std::string backend_name = argc > 1 ? argv[1] : "cpu";
-  const int64_t n = argc > 2 ? parse_positive(argv[2], "N") : 1024;
-  const int repeats = argc > 3 ? static_cast<int>(parse_positive(argv[3], "REPEATS")) : 5;
+  const int64_t n = argc > 2 ? parse_integer(argv[2], "N", 1, 1 << 16) : 1024;
+  const int repeats = argc > 3 ? static_cast<int>(parse_integer(argv[3], "REPEATS", 1, 1000)) : 5;
   const std::set<std::string> parts = parse_parts(argc > 4 ? argv[4] : "matmul,linear,quantize");
   const std::shared_ptr<Backend> backend = create_backend(backend_name);
   const c10::Device device = backend->device(0);
@@ -131,7 +116,10 @@ int main(int argc, char** argv) try {
   }
   std::printf("}\n");
   return 0;
+} catch (const c10::Error& error) {
+  std::fprintf(stderr, "fp8_benchmark: %s\n", error.msg().c_str());
+  return 1;
 } catch (const std::exception& error) {
-  std::fprintf(stderr, "%s\n", error.what());
+  std::fprintf(stderr, "fp8_benchmark: %s\n", error.what());
   return 1;
 }
