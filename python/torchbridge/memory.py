@@ -14,8 +14,9 @@ Differences from torch:
 - ``context_fn`` other than the default and ``debug=True`` raise ``NotImplementedError``;
 - the recomputation always runs the whole function; ``early_stop`` (torch stops recomputing once
   the tensors backward needs exist) is accepted for compatibility and changes only that cost;
-- only tensors passed as arguments (positional or keyword) are checked for in-place changes before
-  backward; tensors the function captures from outside are used as they are then.
+- only tensors passed as arguments (positional or keyword, also inside lists, tuples and dicts) are
+  checked for in-place changes before backward; tensors the function captures from outside are used
+  as they are then.
 """
 
 import functools
@@ -83,7 +84,10 @@ def checkpoint(function=None, *args, use_reentrant=None, preserve_rng_state=True
     if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
         return function(*args, **kwargs)
 
-    inputs = _tensors_in(list(args) + list(kwargs.values()))
+    # Tensors inside lists, tuples and dicts count as inputs too: their devices' random state is
+    # replayed (dropout on a device whose tensor came in a tuple drew a different mask when
+    # recomputed) and they are checked for in-place changes.
+    inputs = _tensors_in(pytree.tree_flatten((args, kwargs))[0])
     region = _C._CheckpointRegion([t._cdata for t in inputs], bool(preserve_rng_state), determinism_check == "default")
     outputs = function(*args, **kwargs)
     flat, spec = pytree.tree_flatten(outputs)

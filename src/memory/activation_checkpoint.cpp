@@ -14,9 +14,11 @@
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/input_metadata.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -106,6 +108,90 @@ edge_list edges_leaving_region(const std::vector<at::Tensor>& outputs, const Reg
   return leaving;
 }
 
+// Where the recomputed region's backward delivers a gradient that leaves the region. The nested
+// backward call would otherwise capture it at the outside node itself, and autograd runs the
+// tensor hooks (register_hook, retain_grad) of a captured node before capturing; the outer
+// backward then runs them a second time when it reaches that node, so a hook that scales a
+// gradient scaled it twice. A sink has no hooks: what it captures is the raw gradient, and the
+// outer pass alone runs the hooks, once, as it does without checkpointing. It copies the outside
+// node's input metadata, so the engine validates and streams the gradient as it would for it.
+class GradientSink : public Node {
+ public:
+  explicit GradientSink(Edge stands_for) : stands_for_(std::move(stands_for)) {
+    input_metadata_.push_back(stands_for_.function->input_metadata(stands_for_.input_nr));
+  }
+  std::string name() const override { return "torchbridge::CheckpointGradientSink"; }
+  // Only ever captured (it is an output of the nested backward, never needed), so never run.
+  variable_list apply(variable_list&& /*grads*/) override { return {}; }
+  const Edge& stands_for() const { return stands_for_; }
+
+ private:
+  Edge stands_for_;  // the outside node and input whose gradient this sink receives
+};
+
+// The outside edge an edge means. A region nested in another is recomputed during the outer
+// one's backward, where its CheckpointBackward's edges were repointed to the outer sinks; its own
+// recomputation reaches the outside nodes themselves.
+const Edge& outside_edge(const Edge& edge) {
+  const auto* sink = dynamic_cast<const GradientSink*>(edge.function.get());
+  return sink != nullptr ? sink->stands_for() : edge;
+}
+
+// Repoints every edge by which the recomputed region leaves itself to one sink per distinct
+// outside (node, input) pair, and returns, for each of `leaving` (the forward pass's leaving
+// edges, which the recomputation reaches again), the edge to its sink. The recomputed graph is
+// this backward call's own, so editing it touches nothing anyone else holds. Its nodes' edge
+// lists are edited in place: Node::set_next_edge would recompute topological numbers, which
+// autograd forbids once a node has a parent; the sinks' number is 0, below any region node's.
+class RegionBoundary {
+ public:
+  RegionBoundary(const std::vector<at::Tensor>& recomputed_roots, const RegionNodes& region) : region_(region) {
+    std::vector<Node*> pending;
+    std::unordered_set<const Node*> visited;
+    for (const at::Tensor& root : recomputed_roots) {
+      Node* node = torch::autograd::impl::gradient_edge(root).function.get();
+      if (node != nullptr && region_.contains(node) && visited.insert(node).second) pending.push_back(node);
+    }
+    while (!pending.empty()) {
+      Node* node = pending.back();
+      pending.pop_back();
+      for (Edge& edge : node->next_edges()) {
+        if (!edge.is_valid()) continue;
+        Node* next = edge.function.get();
+        if (region_.contains(next)) {
+          if (visited.insert(next).second) pending.push_back(next);
+        } else {
+          edge = sink_for(edge);
+        }
+      }
+    }
+  }
+
+  // A root's gradient edge, or its sink's when the root itself lies outside the region (a region
+  // that returns one of its inputs as it is).
+  Edge root_edge(const at::Tensor& root) {
+    Edge edge = torch::autograd::impl::gradient_edge(root);
+    return region_.contains(edge.function.get()) ? edge : sink_for(edge);
+  }
+
+  edge_list sinks_for(const edge_list& leaving) {
+    edge_list sinks;
+    for (const Edge& edge : leaving) sinks.push_back(sink_for(edge));
+    return sinks;
+  }
+
+ private:
+  Edge sink_for(const Edge& edge) {
+    const Edge& outside = outside_edge(edge);
+    auto [it, added] = sinks_.try_emplace({outside.function.get(), outside.input_nr});
+    if (added) it->second = make_node<GradientSink>(outside);
+    return Edge(it->second, 0);
+  }
+
+  RegionNodes region_;
+  std::map<std::pair<const Node*, uint32_t>, NodePtr> sinks_;
+};
+
 void check_unchanged(const std::vector<at::Tensor>& inputs, const std::vector<uint32_t>& versions, const char* when) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) continue;
@@ -165,6 +251,8 @@ class CheckpointBackward : public Node {
     const bool create_graph = torch::autograd::GradMode::is_enabled();
 
     std::vector<at::Tensor> recomputed;
+    const uint64_t recompute_thread = at::RecordFunction::currentThreadId();
+    const uint64_t recompute_begin = at::sequence_number::peek();
     {
       std::optional<detail::RandomStateReplay> random;
       if (state_->options.preserve_rng_state) random.emplace(state_->random_state);
@@ -174,7 +262,7 @@ class CheckpointBackward : public Node {
     }
     if (state_->options.check_recomputed_metadata) check_metadata(recomputed);
 
-    edge_list roots;
+    std::vector<at::Tensor> root_tensors;
     variable_list root_grads;
     for (size_t k = 0; k < attached_outputs_.size(); ++k) {
       if (!grads[k].defined()) continue;
@@ -182,13 +270,17 @@ class CheckpointBackward : public Node {
       TORCH_CHECK(output.requires_grad(), "torchbridge checkpoint: output ", attached_outputs_[k],
                   " required grad in the forward pass but not when recomputed; the region must compute the same "
                   "thing both times");
-      roots.push_back(torch::autograd::impl::gradient_edge(output));
+      root_tensors.push_back(output);
       root_grads.push_back(std::move(grads[k]));
     }
-    if (roots.empty()) return variable_list(num_outputs());
+    if (root_tensors.empty()) return variable_list(num_outputs());
+    RegionBoundary boundary(root_tensors,
+                            RegionNodes{recompute_thread, recompute_begin, at::sequence_number::peek()});
+    edge_list roots;
+    for (const at::Tensor& root : root_tensors) roots.push_back(boundary.root_edge(root));
     return torch::autograd::Engine::get_default_engine().execute(roots, root_grads, /*keep_graph=*/create_graph,
                                                                  create_graph, /*accumulate_grad=*/false,
-                                                                 next_edges());
+                                                                 boundary.sinks_for(next_edges()));
   }
 
  private:

@@ -180,6 +180,60 @@ TEST_P(CheckpointTest, NestedRegionsAndSeveralOutputs) {
   expect_identical(expected, actual);
 }
 
+// Hooks on the tensors a region's gradients reach (a parameter's register_hook, retain_grad on a
+// non-leaf input, a hook on a captured tensor) run once per backward, as without checkpointing,
+// also when regions nest. The nested backward once captured gradients at those tensors' own
+// nodes, where autograd runs the hooks before capturing, and the outer pass ran them again: a hook
+// that doubles a gradient quadrupled it, and retain_grad kept twice the gradient.
+TEST_P(CheckpointTest, TensorHooksRunOnceAsWithoutCheckpointing) {
+  for (const bool nested : {false, true}) {
+    SCOPED_TRACE(nested ? "nested regions" : "one region");
+    auto model = make_model();
+    model->eval();  // no dropout: the two runs draw no random numbers
+    const at::Tensor leaf = input(true);
+    const at::Tensor scale_leaf = at::full({8}, 0.5, device()).requires_grad_(true);
+    int weight_hook_calls = 0;
+    int scale_hook_calls = 0;
+    model->parameters()[0].register_hook([&](const at::Tensor& grad) {
+      ++weight_hook_calls;
+      return grad * 2;
+    });
+    // Without checkpointing, with one region, or with a region inside another.
+    auto run = [&](bool checkpointed) {
+      weight_hook_calls = scale_hook_calls = 0;
+      const at::Tensor x = leaf * 1.5;  // a non-leaf input
+      x.retain_grad();
+      const at::Tensor scale = scale_leaf * 1.0;  // captured by the region, not an input
+      scale.register_hook([&](const at::Tensor& grad) {
+        ++scale_hook_calls;
+        return grad * 3;
+      });
+      auto inner = [&](const at::Tensor& in) { return model->forward(in) * scale; };
+      auto inner_checkpointed = [&](const at::Tensor& in) { return checkpoint(inner, in); };
+      at::Tensor y;
+      if (!nested) {
+        y = checkpointed ? inner_checkpointed(x) : inner(x);
+      } else if (!checkpointed) {
+        y = inner(x.sin()) + x.sum();
+      } else {
+        y = checkpoint([&](const at::Tensor& in) { return inner_checkpointed(in.sin()) + in.sum(); }, x);
+      }
+      y.pow(2).sum().backward();
+      EXPECT_EQ(weight_hook_calls, 1) << "the parameter's hook, checkpointed: " << checkpointed;
+      EXPECT_EQ(scale_hook_calls, 1) << "the captured tensor's hook, checkpointed: " << checkpointed;
+      std::vector<at::Tensor> grads = gradients_of(*model);
+      grads.push_back(x.grad().cpu());
+      grads.push_back(leaf.grad().cpu());
+      grads.push_back(scale_leaf.grad().cpu());
+      leaf.mutable_grad() = at::Tensor();
+      scale_leaf.mutable_grad() = at::Tensor();
+      return grads;
+    };
+    const std::vector<at::Tensor> expected = run(false);
+    expect_identical(expected, run(true));
+  }
+}
+
 TEST_P(CheckpointTest, RecomputationRunsUnderTheForwardPassAutocast) {
   auto model = make_model();
   model->eval();

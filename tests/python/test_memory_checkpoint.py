@@ -140,6 +140,67 @@ def test_autograd_grad_and_nested_regions(device):
     assert x.grad is None and weight.grad is None
 
 
+@pytest.mark.parametrize("nested", [False, True], ids=["one_region", "nested"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_tensor_hooks_and_retain_grad_run_once_as_in_torchs_checkpoint(device, nested):
+    # The nested backward once captured gradients at the outside tensors' own nodes, where autograd
+    # runs their hooks before capturing; the outer pass ran them again (a doubling hook quadrupled).
+    model = make_model(device).eval()
+    leaf = torch.randn(4, 16, device=device, requires_grad=True)
+    scale_leaf = torch.full((8,), 0.5, device=device, requires_grad=True)
+    calls = {"weight": 0, "scale": 0}
+
+    def counted(name, factor):
+        def hook(grad):
+            calls[name] += 1
+            return grad * factor
+        return hook
+
+    model[0].weight.register_hook(counted("weight", 2))
+
+    def run(wrap):
+        calls.update(weight=0, scale=0)
+        x = leaf * 1.5  # a non-leaf input
+        x.retain_grad()
+        scale = scale_leaf * 1.0  # captured by the region, not an input
+        scale.register_hook(counted("scale", 3))
+
+        def inner(v):
+            return model(v) * scale
+
+        if nested:
+            y = wrap(lambda v: wrap(inner, v.sin()) + v.sum(), x)
+        else:
+            y = wrap(inner, x)
+        y.pow(2).sum().backward()
+        assert calls == {"weight": 1, "scale": 1}, calls
+        return gradients(model, x, leaf, scale_leaf)
+
+    expected = run(lambda f, v: f(v))
+    assert_identical(expected, run(lambda f, v: torch_checkpoint.checkpoint(f, v, use_reentrant=False)))
+    assert_identical(expected, run(lambda f, v: checkpoint(f, v, use_reentrant=False)))
+
+
+def test_the_random_state_of_a_device_tensor_inside_a_tuple_is_replayed():
+    # torch's checkpoint finds the devices of tensors nested in its arguments; so must ours, or
+    # dropout draws another mask when the region is recomputed.
+    dropout = nn.Dropout(0.5)
+    x = torch.randn(4096, device="emu", requires_grad=True)
+    y = checkpoint(lambda pair: dropout(pair[0]) * pair[1], (x, 2.0), use_reentrant=False)
+    y.sum().backward()
+    assert torch.equal((y != 0).cpu(), (x.grad != 0).cpu())
+    assert torch.equal(x.grad.cpu(), (y != 0).cpu().float() * 4.0)  # kept elements: 2 / (1 - 0.5) each
+
+
+def test_an_input_inside_a_dict_changed_in_place_before_backward_is_refused():
+    x = torch.randn(8, requires_grad=True)
+    other = torch.randn(8)
+    y = checkpoint(lambda d: (d["x"] * d["other"]).sum(), {"x": x, "other": other}, use_reentrant=False)
+    other.add_(1.0)
+    with pytest.raises(RuntimeError, match="input 1 was modified in place"):
+        y.backward()
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_recomputation_runs_under_the_forward_autocast(device):
     model = make_model(device).eval()
