@@ -24,6 +24,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <unordered_set>
 #include <utility>
@@ -137,14 +138,23 @@ const Edge& outside_edge(const Edge& edge) {
   return sink != nullptr ? sink->stands_for() : edge;
 }
 
-// Repoints every edge by which the recomputed region leaves itself to one sink per distinct
-// outside (node, input) pair, and returns, for each of `leaving` (the forward pass's leaving
-// edges, which the recomputation reaches again), the edge to its sink. The recomputed graph is
-// this backward call's own, so editing it touches nothing anyone else holds. Its nodes' edge
-// lists are edited in place: Node::set_next_edge would recompute topological numbers, which
-// autograd forbids once a node has a parent; the sinks' number is 0, below any region node's.
+// While it lives, every edge by which the recomputed region leaves itself points to one sink per
+// distinct outside (node, input) pair; `sinks_for` maps the forward pass's leaving edges, which the
+// recomputation reaches again, to their sinks. The recomputed graph is this backward call's own,
+// so editing it touches nothing anyone else holds, and the edges are put back on destruction: a
+// backward with create_graph builds a graph of gradients that runs through the recomputed nodes,
+// and its own backward must reach the outside nodes, not the sinks. Edge lists are edited in
+// place: Node::set_next_edge would recompute topological numbers, which autograd forbids once a
+// node has a parent; the sinks' number is 0, below any region node's.
 class RegionBoundary {
  public:
+  RegionBoundary(const RegionBoundary&) = delete;
+  RegionBoundary& operator=(const RegionBoundary&) = delete;
+  ~RegionBoundary() {
+    for (auto& [node, index, outside] : repointed_) node->next_edges()[index] = std::move(outside);
+  }
+
+  // The recomputed outputs keep the region's nodes alive for as long as this object lives.
   RegionBoundary(const std::vector<at::Tensor>& recomputed_roots, const RegionNodes& region) : region_(region) {
     std::vector<Node*> pending;
     std::unordered_set<const Node*> visited;
@@ -155,13 +165,16 @@ class RegionBoundary {
     while (!pending.empty()) {
       Node* node = pending.back();
       pending.pop_back();
-      for (Edge& edge : node->next_edges()) {
+      edge_list& edges = node->next_edges();
+      for (size_t index = 0; index < edges.size(); ++index) {
+        Edge& edge = edges[index];
         if (!edge.is_valid()) continue;
         Node* next = edge.function.get();
         if (region_.contains(next)) {
           if (visited.insert(next).second) pending.push_back(next);
         } else {
-          edge = sink_for(edge);
+          Edge sink = sink_for(edge);
+          repointed_.emplace_back(node, index, std::exchange(edge, std::move(sink)));
         }
       }
     }
@@ -190,6 +203,7 @@ class RegionBoundary {
 
   RegionNodes region_;
   std::map<std::pair<const Node*, uint32_t>, NodePtr> sinks_;
+  std::vector<std::tuple<Node*, size_t, Edge>> repointed_;  // the node, the edge's index, the edge it had
 };
 
 void check_unchanged(const std::vector<at::Tensor>& inputs, const std::vector<uint32_t>& versions, const char* when) {

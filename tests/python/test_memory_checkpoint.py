@@ -181,6 +181,34 @@ def test_tensor_hooks_and_retain_grad_run_once_as_in_torchs_checkpoint(device, n
     assert_identical(expected, run(lambda f, v: checkpoint(f, v, use_reentrant=False)))
 
 
+@pytest.mark.parametrize("nested", [False, True], ids=["one_region", "nested"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_second_order_gradient_through_a_region_equals_torchs(device, nested):
+    # create_graph: the gradient's own graph runs through the recomputed nodes and must reach the
+    # outside tensors (a penalty on the input gradient, as in WGAN-GP).
+    torch.manual_seed(0)
+    w = torch.randn(16, 16, device=device, requires_grad=True)
+    x = torch.randn(3, 16, device=device, requires_grad=True)
+
+    def run(wrap):
+        def region(v):
+            return torch.tanh(v @ w).pow(3)
+
+        y = wrap(lambda v: wrap(region, v.sin()) * 2.0, x) if nested else wrap(region, x)
+        grad_x, = torch.autograd.grad(y.sum(), x, create_graph=True)
+        grad_x.pow(2).sum().backward()
+        return [w.grad.cpu().clone(), x.grad.cpu().clone(), grad_x.detach().cpu()]
+
+    expected = run(lambda f, v: f(v))
+    w.grad = x.grad = None
+    with_torchs = run(lambda f, v: torch_checkpoint.checkpoint(f, v, use_reentrant=False))
+    w.grad = x.grad = None
+    ours = run(lambda f, v: checkpoint(f, v, use_reentrant=False))
+    assert_identical(with_torchs, ours)
+    for e, a in zip(expected, ours):
+        torch.testing.assert_close(e, a)
+
+
 def test_the_random_state_of_a_device_tensor_inside_a_tuple_is_replayed():
     # torch's checkpoint finds the devices of tensors nested in its arguments; so must ours, or
     # dropout draws another mask when the region is recomputed.
