@@ -120,15 +120,34 @@ class DtypePolicy:
         return str(dtype).removeprefix("torch.") in self._held[device]
 
 
+def _dequantize(value: torch.Tensor, factor: torch.Tensor, name: str, factor_name: str) -> torch.Tensor:
+    # Per tensor or per row/column: a factor that broadcasts to the weight without widening it.
+    if factor.dim() <= value.dim() and all(f in (1, v) for f, v in zip(reversed(factor.shape), reversed(value.shape))):
+        return value * factor
+    # Block-wise factors (DeepSeek-V3, transformers' fine-grained FP8): one per block of a 2-D
+    # weight. The file does not say the block size; like transformers, take it as the weight's
+    # size over the factor grid's, which must divide evenly.
+    if (value.dim() == 2 and factor.dim() == 2 and factor.numel() > 0
+            and value.shape[0] % factor.shape[0] == 0 and value.shape[1] % factor.shape[1] == 0):
+        blocks = factor.repeat_interleave(value.shape[0] // factor.shape[0], 0)
+        return value * blocks.repeat_interleave(value.shape[1] // factor.shape[1], 1)
+    raise ValueError(f"cannot dequantize {name!r} of shape {list(value.shape)} with {factor_name!r} of shape "
+                     f"{list(factor.shape)}: expected a factor that broadcasts to the weight or a 2-D grid of "
+                     f"blocks that divides it evenly")
+
+
 def widen(saved: torch.Tensor, dtype: torch.dtype, scale: "torch.Tensor | None",
-          scale_inv: "torch.Tensor | None") -> torch.Tensor:
+          scale_inv: "torch.Tensor | None", name: str = "tensor") -> torch.Tensor:
     """``saved`` in ``dtype``; an fp8 tensor becoming wider is multiplied by its stored
-    ``<name>_scale`` or divided by its ``<name>_scale_inv`` (the two fp8 checkpoint conventions)."""
+    dequantization factor, ``<name>_scale`` or ``<name>_scale_inv``. Both names hold the factor
+    that turns stored values back into real ones: ``_scale`` in compressed-tensors' files,
+    ``_scale_inv`` (the inverse of the quantizing scale) in DeepSeek-V3's, transformers'
+    fine-grained FP8, Transformer Engine's and this project's own fp8. Per tensor, per row, or
+    per block of a 2-D weight."""
     if saved.dtype not in _FP8 or dtype in _FP8:
         return saved.to(dtype)
     value = saved.to(torch.float32)
-    if scale is not None:
-        return (value * scale.to(torch.float32)).to(dtype)
-    if scale_inv is not None:
-        return (value / scale_inv.to(torch.float32)).to(dtype)
+    for suffix, factor in (("_scale", scale), ("_scale_inv", scale_inv)):
+        if factor is not None:
+            return _dequantize(value, factor.to(torch.float32), name, name + suffix).to(dtype)
     return value.to(dtype)

@@ -2,8 +2,8 @@
 
 #include <torchbridge/registry.h>
 
-#include <ATen/ops/div.h>
 #include <ATen/ops/mul.h>
+#include <ATen/ops/repeat_interleave.h>
 
 #include <c10/util/Exception.h>
 
@@ -60,11 +60,37 @@ c10::ScalarType dtype_for(const at::Tensor& saved, const RestoreOptions& options
   return saved.scalar_type();
 }
 
+at::Tensor dequantize(const at::Tensor& value, const at::Tensor& factor, const std::string& key,
+                      const std::string& factor_key) {
+  // Per tensor or per row/column: a factor that broadcasts to the weight without widening it.
+  bool broadcasts = factor.dim() <= value.dim();
+  for (int64_t d = 1; broadcasts && d <= factor.dim(); ++d) {
+    broadcasts = factor.size(-d) == 1 || factor.size(-d) == value.size(-d);
+  }
+  if (broadcasts) return at::mul(value, factor);
+  // Block-wise factors (DeepSeek-V3, transformers' fine-grained FP8): one per block of a 2-D
+  // weight. The file does not say the block size; like transformers, take it as the weight's size
+  // over the factor grid's, which must divide evenly.
+  TORCH_CHECK_VALUE(value.dim() == 2 && factor.dim() == 2 && factor.size(0) > 0 && factor.size(1) > 0 &&
+                        value.size(0) % factor.size(0) == 0 && value.size(1) % factor.size(1) == 0,
+                    "checkpoint: cannot dequantize '", key, "' of shape ", value.sizes(), " with '", factor_key,
+                    "' of shape ", factor.sizes(), ": expected a factor that broadcasts to the weight or a 2-D "
+                    "grid of blocks that divides it evenly");
+  return at::mul(value, factor.repeat_interleave(value.size(0) / factor.size(0), 0)
+                            .repeat_interleave(value.size(1) / factor.size(1), 1));
+}
+
 at::Tensor widen(const SafetensorsFile& file, const std::string& key, const at::Tensor& saved, c10::ScalarType dtype) {
   if (!is_fp8(saved.scalar_type()) || is_fp8(dtype)) return saved.to(dtype);
   const at::Tensor value = saved.to(at::kFloat);
-  if (file.contains(key + "_scale")) return at::mul(value, file.load(key + "_scale").to(at::kFloat)).to(dtype);
-  if (file.contains(key + "_scale_inv")) return at::div(value, file.load(key + "_scale_inv").to(at::kFloat)).to(dtype);
+  // Both names hold the factor that turns the stored values back into real ones: `_scale` in
+  // compressed-tensors' files, `_scale_inv` (the inverse of the quantizing scale) in DeepSeek-V3's,
+  // transformers' fine-grained FP8 and Transformer Engine's, and in this project's own fp8.h.
+  for (const std::string& factor_key : {key + "_scale", key + "_scale_inv"}) {
+    if (file.contains(factor_key)) {
+      return dequantize(value, file.load(factor_key).to(at::kFloat), key, factor_key).to(dtype);
+    }
+  }
   return value.to(dtype);
 }
 

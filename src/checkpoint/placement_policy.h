@@ -23,8 +23,9 @@ c10::Device device_for(const std::string& name, const RestoreOptions& options, c
 // The dtype the policy gives a saved tensor bound for `device`.
 c10::ScalarType dtype_for(const at::Tensor& saved, const RestoreOptions& options, const c10::Device& device);
 
-// The saved tensor `key` in `dtype`: an fp8 tensor widened to another dtype takes its stored scale
-// into account (`<key>_scale` multiplies, `<key>_scale_inv` divides: the two fp8 conventions).
+// The saved tensor `key` in `dtype`: an fp8 tensor widened to another dtype is multiplied by its
+// stored dequantization factor, `<key>_scale` or `<key>_scale_inv` (both names are used for it),
+// per tensor, per row or per block of a 2-D weight.
 at::Tensor widen(const SafetensorsFile& file, const std::string& key, const at::Tensor& saved, c10::ScalarType dtype);
 
 }  // namespace torchbridge::checkpoint

@@ -359,33 +359,55 @@ TEST(TrainingStateDevices, AutoSpreadsModulesOverDevicesByFreeMemory) {
   EXPECT_TRUE(at::equal(params["3.weight"].cpu(), model->named_parameters()["3.weight"]));
 }
 
+// An fp8 weight and its dequantization factor, stored as `weight<suffix>`. Both names hold the
+// factor (DeepSeek-V3 and transformers' fine-grained FP8 call it _scale_inv and multiply by it).
 struct Fp8Layer : torch::nn::Module {
-  Fp8Layer() {
+  Fp8Layer(const std::string& suffix, const at::Tensor& factor) {
+    torch::manual_seed(3);
     weight = register_buffer("weight", torch::randn({4, 4}).to(at::kFloat8_e4m3fn));
-    weight_scale = register_buffer("weight_scale", torch::full({1}, 0.25));
+    register_buffer("weight" + suffix, factor.clone());
   }
-  at::Tensor weight, weight_scale;
+  at::Tensor weight;
 };
 
-TEST(TrainingStateDtypes, Fp8WidensWithItsScaleWhereTheTargetLacksFp8) {
+TEST(TrainingStateDtypes, Fp8WidensMultipliedByItsStoredFactorWhereTheTargetLacksFp8) {
   const auto cpu = create_backend("cpu");
   const auto& dtypes = cpu->info(0).supported_dtypes;
   if (std::find(dtypes.begin(), dtypes.end(), at::kFloat8_e4m3fn) != dtypes.end()) GTEST_SKIP() << "the CPU holds fp8";
   const bool bf16 = std::find(dtypes.begin(), dtypes.end(), at::kBFloat16) != dtypes.end();
-  torch::manual_seed(3);
-  auto saved = std::make_shared<Fp8Layer>();
   torch::optim::SGD optimizer(std::vector<at::Tensor>{torch::zeros({1}, torch::requires_grad())},
                               torch::optim::SGDOptions(0.1));
   const std::string path = ::testing::TempDir() + "state_fp8.safetensors";
-  save_training_state(path, *saved, optimizer, {});
-  auto restored = std::make_shared<Fp8Layer>();
+  const at::Tensor block = torch::tensor({0.5, 0.25, 2.0, 4.0}).reshape({2, 2});
+  // Per tensor, per row, and per 2x2 block of the 4x4 weight, each with the factor per element.
+  const std::vector<std::pair<at::Tensor, at::Tensor>> factors = {
+      {torch::full({1}, 0.25), torch::full({4, 4}, 0.25)},
+      {torch::tensor({0.5, 0.25, 2.0, 4.0}).reshape({4, 1}),
+       torch::tensor({0.5, 0.25, 2.0, 4.0}).reshape({4, 1}).expand({4, 4})},
+      {block, block.repeat_interleave(2, 0).repeat_interleave(2, 1)}};
+  for (const std::string suffix : {"_scale", "_scale_inv"}) {
+    for (const auto& [factor, per_element] : factors) {
+      SCOPED_TRACE("weight" + suffix + " of shape " + c10::str(factor.sizes()));
+      auto saved = std::make_shared<Fp8Layer>(suffix, factor);
+      save_training_state(path, *saved, optimizer, {});
+      auto restored = std::make_shared<Fp8Layer>(suffix, factor);
+      RestoreOptions options;
+      options.dtype_policy = DtypePolicy::kConvertUnsupported;
+      load_training_state(path, *restored, optimizer, options);
+      const at::Tensor weight = restored->named_buffers()["weight"];
+      EXPECT_EQ(weight.scalar_type(), bf16 ? at::kBFloat16 : at::kFloat);
+      const at::Tensor expected = (saved->weight.to(at::kFloat) * per_element).to(weight.scalar_type());
+      EXPECT_TRUE(at::equal(weight, expected)) << "fp8 values must be multiplied by their stored factor";
+    }
+  }
+  auto mismatched = std::make_shared<Fp8Layer>("_scale_inv", torch::ones({3, 3}));
+  save_training_state(path, *mismatched, optimizer, {});
   RestoreOptions options;
   options.dtype_policy = DtypePolicy::kConvertUnsupported;
-  load_training_state(path, *restored, optimizer, options);
-  const at::Tensor weight = restored->named_buffers()["weight"];
-  EXPECT_EQ(weight.scalar_type(), bf16 ? at::kBFloat16 : at::kFloat);
-  const at::Tensor expected = (saved->weight.to(at::kFloat) * 0.25).to(weight.scalar_type());
-  EXPECT_TRUE(at::equal(weight, expected)) << "fp8 values must be multiplied by their stored scale";
+  EXPECT_NE(error_of([&] { load_training_state(path, *mismatched, optimizer, options); })
+                .find("cannot dequantize 'model.weight' of shape [4, 4] with 'model.weight_scale_inv' of shape [3, 3]"),
+            std::string::npos);
+  EXPECT_EQ(mismatched->weight.scalar_type(), at::kFloat8_e4m3fn) << "a refused load changes nothing";
 }
 
 TEST(TrainingStateDtypes, PoliciesCastOrKeep) {

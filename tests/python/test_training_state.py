@@ -267,23 +267,49 @@ def test_dtype_policies(tmp_path):
         assert torch.equal(weight.cpu(), getattr(half, name).weight.to(want))
 
 
-def test_fp8_widens_with_its_scale(tmp_path):
-    class Fp8(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("weight", torch.randn(4, 4).to(torch.float8_e4m3fn))
-            self.register_buffer("weight_scale", torch.full((1,), 0.25))
+# Both names hold the dequantization factor (DeepSeek-V3 and transformers' fine-grained FP8 call
+# it _scale_inv and multiply by it); per tensor, per row and per 2x2 block of the 4x4 weight.
+FACTORS = {"tensor": torch.full((1,), 0.25), "row": torch.tensor([[0.5], [0.25], [2.0], [4.0]]),
+           "block": torch.tensor([[0.5, 0.25], [2.0, 4.0]])}
 
-    saved = Fp8()
-    path = checkpoint.save_state(tmp_path / "s.safetensors", saved)
-    restored = Fp8()
-    checkpoint.load_state(path, restored, dtype_policy="convert_unsupported")
+
+def _fp8_module(suffix, factor):
+    module = torch.nn.Module()
+    torch.manual_seed(3)
+    module.register_buffer("weight", torch.randn(4, 4).to(torch.float8_e4m3fn))
+    module.register_buffer("weight" + suffix, factor.clone())
+    return module
+
+
+@pytest.mark.parametrize("granularity", sorted(FACTORS))
+@pytest.mark.parametrize("suffix", ["_scale", "_scale_inv"])
+def test_fp8_widens_multiplied_by_its_stored_factor(tmp_path, suffix, granularity):
     dtypes = torchbridge.BackendFactory.create("cpu").get_device_info().torch_dtypes
     if torch.float8_e4m3fn in dtypes:
         pytest.skip("this CPU computes fp8, so nothing is converted")
+    factor = FACTORS[granularity]
+    saved = _fp8_module(suffix, factor)
+    path = checkpoint.save_state(tmp_path / "s.safetensors", saved)
+    restored = _fp8_module(suffix, factor)
+    checkpoint.load_state(path, restored, dtype_policy="convert_unsupported")
     want = torch.bfloat16 if torch.bfloat16 in dtypes else torch.float32
     assert restored.weight.dtype == want
-    assert torch.equal(restored.weight, (saved.weight.to(torch.float32) * 0.25).to(want))
+    per_element = factor.expand(4, 4) if granularity != "block" else factor.repeat_interleave(2, 0).repeat_interleave(
+        2, 1)
+    assert torch.equal(restored.weight, (saved.weight.to(torch.float32) * per_element).to(want))
+
+
+def test_an_fp8_factor_grid_that_does_not_divide_the_weight_is_refused_naming_both(tmp_path):
+    dtypes = torchbridge.BackendFactory.create("cpu").get_device_info().torch_dtypes
+    if torch.float8_e4m3fn in dtypes:
+        pytest.skip("this CPU computes fp8, so nothing is converted")
+    path = checkpoint.save_state(tmp_path / "s.safetensors", _fp8_module("_scale_inv", torch.ones(3, 3)))
+    restored = _fp8_module("_scale_inv", torch.ones(3, 3))
+    before = restored.weight.clone()
+    with pytest.raises(ValueError, match=r"'weight' of shape \[4, 4\] with 'weight_scale_inv' of shape \[3, 3\]"):
+        checkpoint.load_state(path, restored, dtype_policy="convert_unsupported")
+    assert restored.weight.dtype == torch.float8_e4m3fn
+    assert torch.equal(restored.weight.view(torch.uint8), before.view(torch.uint8))
 
 
 def test_mismatches_raise_and_change_nothing(tmp_path):
