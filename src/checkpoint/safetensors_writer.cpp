@@ -20,6 +20,21 @@
 #include <vector>
 
 namespace torchbridge::checkpoint {
+namespace {
+
+// The header is JSON, which holds only UTF-8 text (a name made from bytes, e.g. a pickle's
+// surrogate escapes, would otherwise fail deep inside the JSON writer, naming nothing).
+void check_utf8(const std::string& path, const char* what, const std::string& text) {
+  try {
+    (void)nlohmann::json(text).dump();
+  } catch (const nlohmann::json::type_error&) {
+    TORCH_CHECK_VALUE(false, path, ": ", what, " ",
+                      nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                      " is not valid UTF-8 text, which a safetensors header must be");
+  }
+}
+
+}  // namespace
 
 void save(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
           const std::map<std::string, std::string>& metadata) {
@@ -28,6 +43,7 @@ void save(const std::string& path, const std::vector<std::pair<std::string, at::
   std::vector<std::pair<std::string, at::Tensor>> prepared;
   for (const auto& [name, tensor] : tensors) {
     TORCH_CHECK_VALUE(!name.empty() && name != "__metadata__", path, ": invalid tensor name '", name, "'");
+    check_utf8(path, "tensor name", name);
     TORCH_CHECK_VALUE(names.insert(name).second, path, ": tensor name '", name, "' is given twice");
     TORCH_CHECK_VALUE(tensor.defined(), path, ": tensor '", name, "' is undefined");
     TORCH_CHECK_VALUE(holds_dtype(tensor.scalar_type()), path, ": tensor '", name, "' has dtype ",
@@ -39,13 +55,19 @@ void save(const std::string& path, const std::vector<std::pair<std::string, at::
                         "' share storage; safetensors stores tensors separately, so save a clone of one "
                         "(e.g. for tied weights) or only one of them");
     }
-    prepared.emplace_back(name, tensor.cpu().contiguous());
+    // resolve_conj/resolve_neg: a conjugate or negative view is lazy, a bit over the same bytes, and
+    // contiguous() keeps the bit, so writing the storage as it is would save the unconjugated values.
+    prepared.emplace_back(name, tensor.cpu().resolve_conj().resolve_neg().contiguous());
   }
   std::stable_sort(prepared.begin(), prepared.end(), [](const auto& a, const auto& b) {
     return a.second.element_size() != b.second.element_size() ? a.second.element_size() > b.second.element_size()
                                                               : a.first < b.first;
   });
 
+  for (const auto& [key, value] : metadata) {
+    check_utf8(path, "metadata key", key);
+    check_utf8(path, "metadata value", value);
+  }
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -57,6 +79,9 @@ void save(const std::string& path, const std::vector<std::pair<std::string, at::
     offset += bytes;
   }
   std::string text = header.dump();
+  TORCH_CHECK_VALUE(text.size() <= kMaxHeaderBytes, path, ": the header of ", prepared.size(), " tensors would take ",
+                    text.size(), " bytes, over the format's limit of ", kMaxHeaderBytes,
+                    " (no reader accepts it); save them in shards");
   text.append((8 - (8 + text.size()) % 8) % 8, ' ');  // data section starts 8-byte aligned
   uint8_t length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));

@@ -99,6 +99,30 @@ TEST(Safetensors, MisalignedDataIsCopiedNotAliased) {
   EXPECT_EQ(file.load("x").item<float>(), 0.0f);
 }
 
+// A conjugate or negative view is a bit over unchanged bytes; the file must hold its values.
+TEST(Safetensors, ConjugateAndNegativeViewsAreSavedAsTheirValues) {
+  const std::string path = temp_path("conj.safetensors");
+  const at::Tensor z = at::randn({3}, at::kComplexFloat);
+  const at::Tensor conjugate = z.conj();  // contiguous, with the conjugate bit
+  const at::Tensor negative = at::imag(z.clone().conj());  // a negative view (of other storage)
+  ASSERT_TRUE(conjugate.is_conj() && conjugate.is_contiguous());
+  ASSERT_TRUE(negative.is_neg());
+  save(path, {{"conjugate", conjugate}, {"negative", negative}});
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  EXPECT_TRUE(at::equal(file.load("conjugate"), conjugate.resolve_conj()));
+  EXPECT_TRUE(at::equal(file.load("negative"), negative.resolve_neg()));
+}
+
+// The header is JSON text: a name that is not UTF-8 is refused naming it, before any file exists.
+TEST(Safetensors, NamesAndMetadataThatAreNotUtf8AreRefused) {
+  const std::string path = temp_path("utf8.safetensors");
+  std::string message = error_of([&] { save(path, {{"caf\xe9", at::ones({1})}}); });
+  EXPECT_NE(message.find("tensor name \"caf\xef\xbf\xbd\" is not valid UTF-8"), std::string::npos) << message;
+  message = error_of([&] { save(path, {{"x", at::ones({1})}}, {{"note", "\xff"}}); });
+  EXPECT_NE(message.find("metadata value"), std::string::npos) << message;
+  EXPECT_NE(::access(path.c_str(), F_OK), 0) << "a refused save must write nothing";
+}
+
 TEST(Safetensors, SharedStorageIsRefusedAndTheExistingFileSurvives) {
   const std::string path = temp_path("shared.safetensors");
   save(path, {{"old", at::ones({2})}});
