@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -30,10 +31,13 @@ bool device_holds(const c10::Device& device, c10::ScalarType dtype) {
 }  // namespace
 
 bool prefix_matches(const std::string& prefix, const std::string& name) {
-  // A module path, as in Python: "enc" places enc.weight, not encoder.weight ("" places all);
-  // one that ends in '.' (auto_device_map's "0.") has its separator already.
-  if (prefix.empty() || prefix.back() == '.') return name.rfind(prefix, 0) == 0;
-  return name == prefix || (name.rfind(prefix, 0) == 0 && name[prefix.size()] == '.');
+  // A module path, as in Python: "enc" places enc.weight and a tensor named enc itself, not
+  // encoder.weight ("" places all). A trailing '.' (auto_device_map's "0.") names the same path:
+  // the map gives a tensor at the model's root, such as "scale", the prefix "scale.".
+  const std::string_view module =
+      !prefix.empty() && prefix.back() == '.' ? std::string_view(prefix).substr(0, prefix.size() - 1) : prefix;
+  if (module.empty()) return true;
+  return name.rfind(module, 0) == 0 && (name.size() == module.size() || name[module.size()] == '.');
 }
 
 c10::Device device_for(const std::string& name, const RestoreOptions& options, const c10::Device& current) {

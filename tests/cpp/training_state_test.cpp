@@ -359,6 +359,34 @@ TEST(TrainingStateDevices, AutoSpreadsModulesOverDevicesByFreeMemory) {
   EXPECT_TRUE(at::equal(params["3.weight"].cpu(), model->named_parameters()["3.weight"]));
 }
 
+// A tensor at the model's root (a class token, a learned scale) is placed as a module's are; it
+// once stayed where it was, splitting the model between the CPU and the devices.
+struct ModelWithARootTensor : torch::nn::Module {
+  ModelWithARootTensor() {
+    scale = register_parameter("scale", torch::ones({64}));
+    body = register_module("body", torch::nn::Linear(64, 64));
+  }
+  at::Tensor scale;
+  torch::nn::Linear body{nullptr};
+};
+
+TEST(TrainingStateDevices, AutoPlacesTensorsAtTheModelsRoot) {
+  const auto emu = create_backend("emu");
+  auto model = std::make_shared<ModelWithARootTensor>();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  const std::string path = ::testing::TempDir() + "state_root.safetensors";
+  save_training_state(path, *model, sgd, {});
+  auto restored = std::make_shared<ModelWithARootTensor>();
+  torch::optim::SGD restored_sgd(restored->parameters(), torch::optim::SGDOptions(0.1));
+  RestoreOptions options;
+  options.auto_backend = "emu";
+  load_training_state(path, *restored, restored_sgd, options);
+  for (const auto& item : restored->named_parameters()) {
+    EXPECT_EQ(item.value().device().type(), emu->device(0).type())
+        << item.key() << " stayed on " << item.value().device();
+  }
+}
+
 // An fp8 weight and its dequantization factor, stored as `weight<suffix>`. Both names hold the
 // factor (DeepSeek-V3 and transformers' fine-grained FP8 call it _scale_inv and multiply by it).
 struct Fp8Layer : torch::nn::Module {
