@@ -144,6 +144,17 @@ int convert(const std::vector<std::string>& args) {
     throw UsageError("checkpoint convert: OUT '" + out + "' is the input itself, which is no safetensors file; " +
                      "write the conversion to another path");
   }
+  // A sharded write replaces the checkpoint in OUT, so an input that is one shard of it (a part,
+  // not the whole) would be converted alone and the other shards deleted.
+  const std::filesystem::path in_path(in);
+  if (shard_size && std::filesystem::is_regular_file(in_path, no_file) &&
+      std::filesystem::equivalent(in_path.has_parent_path() ? in_path.parent_path() : ".", out, no_file) &&
+      checkpoint::is_checkpoint_file(in_path.filename().string()) &&
+      in_path.filename() != "model.safetensors" && in_path.filename() != "model.safetensors.index.json") {
+    throw UsageError("checkpoint convert: IN '" + in + "' is one shard of the checkpoint in OUT '" + out +
+                     "', which a sharded write replaces (the other shards would be deleted); convert the " +
+                     "directory or its index, or write to another directory");
+  }
   if (!shard_size && ends_with(out, ".json")) {
     throw UsageError("checkpoint convert: OUT '" + out + "' names a JSON file; a single safetensors file needs " +
                      "another name (an index is written with --shard-size, OUT a directory)");

@@ -64,10 +64,10 @@ bool all_digits(const std::string& text, size_t begin, size_t count) {
   return true;
 }
 
-// The files a checkpoint named `prefix` may consist of: PREFIX.safetensors, its index, and shards
-// PREFIX-NNNNN-of-NNNNN.safetensors of any count (as transformers' save_pretrained, which also
-// clears these before it writes).
-bool belongs_to_checkpoint(const std::string& file, const std::string& prefix) {
+}  // namespace
+
+// Shards of any count (as transformers' save_pretrained, which also clears these before it writes).
+bool is_checkpoint_file(const std::string& file, const std::string& prefix) {
   if (file == prefix + ".safetensors" || file == prefix + kIndexSuffix) return true;
   const std::string middle = "-of-", suffix = ".safetensors";
   const size_t at = prefix.size();
@@ -75,6 +75,8 @@ bool belongs_to_checkpoint(const std::string& file, const std::string& prefix) {
          file[at] == '-' && all_digits(file, at + 1, 5) && file.compare(at + 6, middle.size(), middle) == 0 &&
          all_digits(file, at + 10, 5) && file.compare(at + 15, suffix.size(), suffix) == 0;
 }
+
+namespace {
 
 void fsync_directory(const std::string& directory) {
   const int dir = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -118,7 +120,7 @@ void publish(const StagingDirectory& staging, const std::string& directory, cons
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
     const std::string name = entry.path().filename().string();
-    if (belongs_to_checkpoint(name, prefix)) earlier.insert(name);
+    if (is_checkpoint_file(name, prefix)) earlier.insert(name);
   }
   TORCH_CHECK(!error, directory, ": cannot list the directory: ", error.message());
   const std::string index = prefix + kIndexSuffix;

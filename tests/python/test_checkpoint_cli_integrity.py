@@ -137,6 +137,22 @@ def test_convert_refuses_to_write_over_an_input_it_would_destroy(tmp_path):
     assert torch.equal(load_file(str(single))["layer0.weight"], state(1)["layer0.weight"].to(torch.bfloat16))
 
 
+def test_convert_refuses_one_shard_into_the_directory_whose_checkpoint_it_would_replace(tmp_path):
+    pt = tmp_path / "source.pt"
+    torch.save(state(1), pt)
+    sharded = tmp_path / "ckpt"
+    tb("checkpoint", "convert", pt, sharded, "--shard-size", "1000B")
+    before = file_bytes(sharded)
+    shard = sharded / next(name for name in listing(sharded) if name.startswith("model-00001-of-"))
+    result = tb("checkpoint", "convert", shard, sharded, "--shard-size", "10GB")
+    assert result.returncode != 0 and "is one shard of the checkpoint in OUT" in result.stderr, result.stderr
+    assert file_bytes(sharded) == before
+    # The whole checkpoint, through its directory or its index, still converts in place.
+    index = sharded / "model.safetensors.index.json"
+    assert tb("checkpoint", "convert", index, sharded, "--shard-size", "10GB").returncode == 0
+    assert listing(sharded) == ["model.safetensors"]
+
+
 def test_inspect_shows_whole_names_and_shapes(tmp_path):
     # Names were cut at 39 characters, so q_proj.weight and q_proj.weight_scale_inv looked alike.
     path = tmp_path / "fp8.safetensors"

@@ -37,6 +37,10 @@ class Checkpoint {
   std::string index_file_;
 };
 
+// Whether `file_name` is one of the files a directory checkpoint named `prefix` consists of
+// (PREFIX.safetensors, its index, PREFIX-NNNNN-of-NNNNN.safetensors), which save_sharded replaces.
+bool is_checkpoint_file(const std::string& file_name, const std::string& prefix = "model");
+
 // Writes `tensors` into `directory` (created if missing) as shards of at most `max_shard_bytes`
 // each (a larger tensor gets a shard of its own), in the given order, plus the index; a single
 // shard is written as model.safetensors without an index, as Hugging Face does. Every file is
