@@ -14,6 +14,8 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/serialization/import.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -44,18 +46,43 @@ export` (pip install . from the repository) runs them; torchbridge.deployment ha
 functions (export_to_exported_program, export_to_aoti, export_to_onnx).
 )";
 
+// The verification runs in eval mode, whatever mode the model was saved in: in training mode
+// batch norm would update its running statistics (a forward pass on random data changing the
+// model) and dropout would draw other masks in the two runs. The mode is put back after.
+class EvalMode {
+ public:
+  explicit EvalMode(torch::jit::Module& module) : module_(module), training_(module.is_training()) { module_.eval(); }
+  ~EvalMode() { module_.train(training_); }
+  EvalMode(const EvalMode&) = delete;
+  EvalMode& operator=(const EvalMode&) = delete;
+
+ private:
+  torch::jit::Module& module_;
+  bool training_;
+};
+
 at::Tensor first_output(torch::jit::Module& module, const std::vector<at::Tensor>& inputs) {
   torch::jit::GraphOptimizerEnabledGuard unoptimized(false);  // the same graph for both runs
   at::NoGradGuard no_grad;
+  const EvalMode eval_mode(module);
   const c10::IValue out = module.forward(std::vector<c10::IValue>(inputs.begin(), inputs.end()));
   TORCH_CHECK_VALUE(out.isTensor(), "the model returned a ", out.tagKind(), "; export verification compares a tensor");
   return out.toTensor();
 }
 
+// A path beside `output` that names no existing file (the model itself, or a file of the user's).
+std::string unused_path_beside(const std::string& output) {
+  const std::string stem = output + ".partial-" + std::to_string(::getpid());
+  std::string candidate = stem;
+  std::error_code no_file;
+  for (int n = 1; std::filesystem::exists(candidate, no_file); ++n) candidate = stem + "-" + std::to_string(n);
+  return candidate;
+}
+
 // TorchScript: written beside the target and renamed over it, so a failed export leaves no file.
+// The module is saved before it runs, so the file holds it exactly as it was given.
 void export_torchscript(torch::jit::Module& module, const std::string& output, const std::vector<at::Tensor>& inputs) {
-  const at::Tensor expected = first_output(module, inputs);
-  const std::string temporary = output + ".partial";
+  const std::string temporary = unused_path_beside(output);
   // Removed on every way out but the rename (a failed save or reload left it behind).
   const std::unique_ptr<const std::string, void (*)(const std::string*)> remove_temporary(
       &temporary, [](const std::string* path) {
@@ -64,6 +91,7 @@ void export_torchscript(torch::jit::Module& module, const std::string& output, c
       });
   module.save(temporary);
   torch::jit::Module reloaded = torch::jit::load(temporary);
+  const at::Tensor expected = first_output(module, inputs);
   if (!at::equal(first_output(reloaded, inputs), expected)) {
     throw std::runtime_error("the reloaded TorchScript module's outputs differ from the model's; nothing written");
   }

@@ -33,6 +33,25 @@ def test_torchscript_export_of_a_builtin_loads_in_python_with_identical_outputs(
         assert torch.equal(loaded(x), builtin_model("cnn")(x))
 
 
+@pytest.mark.parametrize("layer", ["batch_norm", "dropout"])
+def test_a_model_scripted_in_training_mode_is_written_as_given_and_verified_in_eval_mode(tmp_path, layer):
+    # The verification once ran the model in the mode it was saved in: batch norm's running
+    # statistics were updated by the random sample and written so, dropout failed a correct export.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4),
+                                torch.nn.BatchNorm1d(4) if layer == "batch_norm" else torch.nn.Dropout(0.5))
+    source, output = tmp_path / "model.pt", tmp_path / "exported.pt"
+    torch.jit.script(model).save(str(source))  # model.training is True
+    run = export("--model", str(source), "--format", "torchscript", "--output", str(output), "--input-shape", "8,4")
+    assert run.returncode == 0, run.stderr
+    given, written = torch.jit.load(str(source)), torch.jit.load(str(output))
+    assert written.training
+    assert written.state_dict().keys() == given.state_dict().keys()
+    for name, value in given.state_dict().items():
+        assert torch.equal(written.state_dict()[name], value), name
+    assert sorted(os.listdir(tmp_path)) == ["exported.pt", "model.pt"]
+
+
 def test_safetensors_export_reads_back_in_the_safetensors_package(tmp_path):
     path = tmp_path / "transformer.safetensors"
     run = export("--model", "builtin:transformer", "--format", "safetensors", "--output", str(path))
