@@ -221,10 +221,19 @@ class TorchSaveReader {
   std::map<std::string, c10::Storage> storages_;
 };
 
+// More entries than any state dict has (the safetensors header limit holds about a million). A
+// pickle may refer to one dict many times (its memo): 60 levels of {'a': d, 'b': d} are 700 bytes
+// on disk and 2^60 entries when flattened, so the walk counts what it visits.
+constexpr size_t kMaxFlattenedEntries = size_t(1) << 22;
+
 // Entries of `dict` in order; nested dicts contribute their entries as "outer.inner".
 void flatten(const std::string& path, const PickleValue& dict, const std::string& prefix, int depth,
-             std::vector<std::pair<std::string, at::Tensor>>& out) {
+             std::vector<std::pair<std::string, at::Tensor>>& out, size_t& visited) {
   TORCH_CHECK_VALUE(depth < 64, path, ": dicts nested more than 64 deep at '", prefix, "'");
+  visited += dict.entries.size();
+  TORCH_CHECK_VALUE(visited <= kMaxFlattenedEntries, path, ": the state dict has more than ", kMaxFlattenedEntries,
+                    " entries once its nested dicts are flattened (the pickle refers to the same dicts over and ",
+                    "over); no state dict is that large");
   for (const auto& [key, value] : dict.entries) {
     TORCH_CHECK_VALUE(key->kind == Kind::string, path, ": ", prefix.empty() ? "state dict" : "'" + prefix + "'",
                       " has a key of type ", key->type_name(), "; state dict keys are strs");
@@ -232,7 +241,7 @@ void flatten(const std::string& path, const PickleValue& dict, const std::string
     if (value->kind == Kind::tensor) {
       out.emplace_back(name, value->tensor);
     } else if (value->kind == Kind::dict) {
-      flatten(path, *value, name, depth + 1, out);
+      flatten(path, *value, name, depth + 1, out, visited);
     } else {
       TORCH_CHECK_VALUE(false, path, ": entry '", name, "' is ", value->description(),
                         ", not a tensor (a state dict maps names to tensors)");
@@ -247,7 +256,8 @@ std::vector<std::pair<std::string, at::Tensor>> read_torch_save(const std::strin
   TORCH_CHECK_VALUE(root->kind == Kind::dict, path, ": holds ", root->description(),
                     ", not a state dict (a dict of names to tensors)");
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  flatten(path, *root, "", 0, tensors);
+  size_t visited = 0;
+  flatten(path, *root, "", 0, tensors, visited);
   return tensors;
 }
 

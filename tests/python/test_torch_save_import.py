@@ -168,6 +168,15 @@ def test_non_string_keys_are_refused(tmp_path):
     assert "has a key of type int" in refused(tmp_path, {0: torch.ones(2)})
 
 
+def test_a_dict_referred_to_over_and_over_is_refused_not_flattened_forever(tmp_path):
+    # 40 levels of {"a": d, "b": d} are a few kB in the pickle (its memo) and 2^40 names flattened.
+    state = {"w": torch.ones(1)}
+    for _ in range(40):
+        state = {"a": state, "b": state}
+    message = refused(tmp_path, state)
+    assert "entries once its nested dicts are flattened" in message, message
+
+
 def test_python_objects_are_refused_not_run(tmp_path):
     message = refused(tmp_path, {"size": torch.Size([2, 3])})
     assert "the pickle calls torch.Size, which a state dict does not hold" in message
