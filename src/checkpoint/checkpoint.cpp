@@ -1,6 +1,7 @@
 #include <torchbridge/checkpoint/checkpoint.h>
 
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/distinct_tensors.h"
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
@@ -259,7 +260,12 @@ std::vector<std::string> save_sharded(const std::string& directory,
     current += bytes;
     total += bytes;
   }
-  for (const auto& [name, tensor] : tensors) {  // named here, not in a staged file's name
+  // Checked over all shards here, not in a staged file's name: save() checks one shard, so a name
+  // given twice or two tensors sharing storage could land in two shards, each written, with the
+  // index keeping one (and Checkpoint::open refusing the result).
+  DistinctTensors distinct(directory);
+  for (const auto& [name, tensor] : tensors) {
+    distinct.add(name, tensor);
     TORCH_CHECK_VALUE(!tensor.defined() || holds_dtype(tensor.scalar_type()), directory, ": tensor '", name,
                       "' has dtype ", c10::toString(tensor.scalar_type()), ", which safetensors cannot hold");
   }

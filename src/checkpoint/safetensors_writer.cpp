@@ -4,6 +4,7 @@
 #include <torchbridge/checkpoint/safetensors.h>
 
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/distinct_tensors.h"
 
 #include <c10/core/StorageImpl.h>
 #include <c10/util/Exception.h>
@@ -38,23 +39,15 @@ void check_utf8(const std::string& path, const char* what, const std::string& te
 
 void save(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
           const std::map<std::string, std::string>& metadata) {
-  std::set<std::string> names;
-  std::map<const c10::StorageImpl*, std::string> owners;
+  DistinctTensors distinct(path);
   std::vector<std::pair<std::string, at::Tensor>> prepared;
   for (const auto& [name, tensor] : tensors) {
     TORCH_CHECK_VALUE(!name.empty() && name != "__metadata__", path, ": invalid tensor name '", name, "'");
     check_utf8(path, "tensor name", name);
-    TORCH_CHECK_VALUE(names.insert(name).second, path, ": tensor name '", name, "' is given twice");
     TORCH_CHECK_VALUE(tensor.defined(), path, ": tensor '", name, "' is undefined");
     TORCH_CHECK_VALUE(holds_dtype(tensor.scalar_type()), path, ": tensor '", name, "' has dtype ",
                       c10::toString(tensor.scalar_type()), ", which safetensors cannot hold");
-    // Shared storage is refused rather than silently duplicated or dropped: the caller decides.
-    if (tensor.has_storage() && tensor.storage().nbytes() > 0) {
-      const auto [it, fresh] = owners.emplace(tensor.storage().unsafeGetStorageImpl(), name);
-      TORCH_CHECK_VALUE(fresh, path, ": tensors '", it->second, "' and '", name,
-                        "' share storage; safetensors stores tensors separately, so save a clone of one "
-                        "(e.g. for tied weights) or only one of them");
-    }
+    distinct.add(name, tensor);
     // resolve_conj/resolve_neg: a conjugate or negative view is lazy, a bit over the same bytes, and
     // contiguous() keeps the bit, so writing the storage as it is would save the unconjugated values.
     prepared.emplace_back(name, tensor.cpu().resolve_conj().resolve_neg().contiguous());

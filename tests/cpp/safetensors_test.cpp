@@ -164,6 +164,25 @@ TEST(Safetensors, SavedFilesGetTheUsualPermissions) {
 
 // Shard sizes given as text: a number too large for 64 bits, or one that overflows with its unit,
 // is a clear error naming the text (std::stoull's out_of_range escaped as an unnamed exception).
+// save() checks one file; a sharded write must check the whole checkpoint, or a name given twice
+// landed in two shards (the index keeping one, Checkpoint::open refusing the result) and tied
+// tensors were stored twice.
+TEST(Checkpoint, ANameOrAStorageTwiceAcrossShardsIsRefusedAndNothingIsWritten) {
+  const std::string directory = temp_path("sharded_twice");
+  const at::Tensor weight = at::randn({16});
+  std::string message = error_of([&] { save_sharded(directory, {{"a.b", weight}, {"a.b", at::randn({16})}}, 64); });
+  EXPECT_NE(message.find("tensor name 'a.b' is given twice"), std::string::npos) << message;
+  message = error_of([&] { save_sharded(directory, {{"embed", weight}, {"head", weight.view({4, 4})}}, 64); });
+  EXPECT_NE(message.find("tensors 'embed' and 'head' share storage"), std::string::npos) << message;
+  DIR* dir = opendir(directory.c_str());
+  ASSERT_NE(dir, nullptr);
+  for (dirent* entry; (entry = readdir(dir)) != nullptr;) {
+    const std::string name = entry->d_name;
+    EXPECT_TRUE(name == "." || name == "..") << "a refused write left " << name;
+  }
+  closedir(dir);
+}
+
 TEST(Checkpoint, ShardSizesAreParsedStrictly) {
   EXPECT_EQ(parse_size("500MB"), 500'000'000u);
   EXPECT_EQ(parse_size("2GiB"), uint64_t{2} << 30);
