@@ -15,6 +15,15 @@ from torch.autograd.graph import saved_tensors_hooks
 from . import _C
 
 
+def _is_a_parameter(tensor) -> bool:
+    """Whether ``tensor`` is a parameter or a view of one (autograd often saves a view: a Linear
+    saves ``weight.t()``, whose ``_base`` is the weight). A frozen parameter (requires_grad=False,
+    as LoRA's base weights) is a Parameter all the same, though not a leaf that requires grad;
+    other leaves that require grad are tensors the caller trains and holds, as parameters."""
+    base = tensor if tensor._base is None else tensor._base
+    return isinstance(base, torch.nn.Parameter) or (base.is_leaf and base.requires_grad)
+
+
 class _Offloaded:
     """One saved tensor while it lives on the host."""
 
@@ -41,9 +50,9 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
       back already, and the compute stream waits for that copy (an event), never the CPU. The
       ``prefetch`` tensors saved just before it are started back at the same time, because
       backward needs them next.
-    - Kept as they are: CPU tensors, tensors below ``min_bytes``, and leaves that require grad and
-      views of them (parameters and e.g. a Linear's transposed weight: the module holds them on the
-      device anyway, so a copy would free nothing).
+    - Kept as they are: CPU tensors, tensors below ``min_bytes``, parameters (trainable or frozen)
+      and other leaves that require grad, and views of them (e.g. a Linear's transposed weight: the
+      module holds them on the device anyway, so a copy would free nothing).
     """
 
     def __init__(self, min_bytes: int = 1 << 16, prefetch: int = 2):
@@ -84,10 +93,8 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
         self._accepted.add(device)
 
     def _pack(self, tensor):
-        base = tensor if tensor._base is None else tensor._base
         if (tensor.device.type == "cpu" or tensor.layout != torch.strided
-                or tensor.numel() * tensor.element_size() < self.min_bytes
-                or (base.is_leaf and base.requires_grad)):
+                or tensor.numel() * tensor.element_size() < self.min_bytes or _is_a_parameter(tensor)):
             return tensor
         self._check_on_the_accelerator(tensor.device)
         side = self._side_waits_for_compute(tensor.device)

@@ -166,9 +166,14 @@ class GradScaler:
         elif isinstance(new_scale, float):
             self._core.update_to_float(new_scale)
         elif isinstance(new_scale, torch.Tensor):
-            if self._scale is not None and new_scale.device.type != self._device:
+            # The scale is copied in place, so new_scale must be on the scale's device type: where the
+            # scale is, not the type given to the constructor, which differs under redirection
+            # ("cuda" tensors live on the target) and when scale() met tensors of another type.
+            if self._scale is not None and new_scale.device.type != self._scale.device.type:
                 raise AssertionError("new_scale should be a float or a 1-element torch.cuda.FloatTensor or "
-                                     "torch.FloatTensor with requires_grad=False.")
+                                     "torch.FloatTensor with requires_grad=False; it is on a "
+                                     f"'{new_scale.device.type}' device, the scale on a "
+                                     f"'{self._scale.device.type}' device.")
             self._core.update_to_tensor(new_scale._cdata)
         else:
             raise TypeError(f"GradScaler.update: new_scale must be a float or a 1-element tensor, got {new_scale!r} "

@@ -21,7 +21,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import torchbridge  # noqa: E402
 import torchbridge.amp  # noqa: E402
-from torchbridge import checkpoint  # noqa: E402
+from torchbridge import checkpoint, redirect  # noqa: E402
 
 os.environ.setdefault("TORCHBRIDGE_EMU_GUARDED", "1")
 torchbridge.devices.load("emu")
@@ -291,6 +291,25 @@ def test_defaults_update_to_a_new_scale_and_nested_outputs_match_torch():
         scaler.scale(param.sum()).backward()
         scaler.step(optimizer)
         scaler.update(torch.tensor(8.0))
+        assert scaler.get_scale() == 8.0
+
+
+@pytest.mark.parametrize("target", ["cpu", "emu"])
+def test_update_takes_a_new_scale_on_the_scales_device_type_also_under_redirection(target):
+    # The default device "cuda" is the target under redirection; update(new_scale) compared the
+    # tensor's device type with "cuda" and refused a new scale made on "cuda".
+    with redirect.redirected(target):
+        scaler = torchbridge.amp.GradScaler()
+        scaler.scale(torch.ones((), device="cuda"))
+        scaler.update(torch.full((), 1024.0, device="cuda"))
+        assert scaler.get_scale() == 1024.0
+    scaler = torchbridge.amp.GradScaler(target)
+    scaler.scale(torch.ones((), device=target))
+    scaler.update(torch.full((), 8.0, device=target))
+    assert scaler.get_scale() == 8.0
+    if target != "cpu":
+        with pytest.raises(AssertionError, match="it is on a 'cpu' device, the scale on a 'emu' device"):
+            scaler.update(torch.full((), 4.0))
         assert scaler.get_scale() == 8.0
 
 

@@ -35,7 +35,8 @@ def train_step(model, x, context):
     with context:
         out = model(x)
     out.pow(2).sum().backward()
-    grads = [p.grad.detach().cpu().clone() for p in model.parameters()] + [x.grad.detach().cpu().clone()]
+    trained = [p for p in model.parameters() if p.requires_grad]
+    grads = [p.grad.detach().cpu().clone() for p in trained] + [x.grad.detach().cpu().clone()]
     model.zero_grad(set_to_none=True)
     x.grad = None
     return out.detach().cpu(), grads
@@ -87,6 +88,33 @@ def test_parameters_small_tensors_and_a_second_backward():
     first = torch.autograd.grad(loss, x, retain_graph=True)[0].cpu()
     second = torch.autograd.grad(loss, x)[0].cpu()  # everything is brought back again from the host
     assert torch.equal(first, second)
+
+
+def test_a_frozen_parameter_stays_on_the_device_while_the_activations_leave():
+    # LoRA freezes its base weights. A frozen Linear saves weight.t(), a view of a leaf that does
+    # not require grad, which was offloaded although the module holds the weight on the device.
+    model = make_model(EMU)
+    frozen = model[3].weight
+    model[3].requires_grad_(False)
+    x = torch.randn(32, 64, device=EMU, requires_grad=True)
+    offloaded = []
+
+    class Recording(Counting):
+        def _pack(self, tensor):
+            packed = super()._pack(tensor)
+            if packed is not tensor:
+                offloaded.append(tensor if tensor._base is None else tensor._base)
+            return packed
+
+    import contextlib
+    expected = train_step(model, x, contextlib.nullcontext())
+    context = Recording(min_bytes=1024)
+    actual = train_step(model, x, context)
+    assert context.offloaded >= 4 and context.returned == context.offloaded  # the activations left
+    assert not any(base is frozen for base in offloaded)
+    assert torch.equal(expected[0], actual[0])
+    for i, (e, a) in enumerate(zip(expected[1], actual[1])):
+        assert torch.equal(e, a), f"gradient {i} differs by {(e - a).abs().max().item()}"
 
 
 def test_the_saved_activations_leave_the_device():

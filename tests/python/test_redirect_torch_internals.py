@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.nn.parallel.comm as comm
 
 import torchbridge  # noqa: F401  (registers emu's loader)
-from torchbridge import redirect
+from torchbridge import checkpoint, redirect
 from torchbridge.redirect._distributed import _backends_by_device
 
 DATA_PARALLEL_MODULE = importlib.import_module("torch.nn.parallel.data_parallel")
@@ -459,6 +459,25 @@ def test_custom_autograd_functions_cast_under_the_targets_autocast(target):
         assert doubled.dtype == torch.float16 and tripled.dtype == torch.bfloat16
         (doubled.float().sum() + tripled.float().sum()).backward()
         assert x.grad.tolist() == [5.0, 5.0]
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_amp_classes_answer_isinstance_as_torchs_do_under_redirection(target, tmp_path):
+    # torch.cuda.amp.GradScaler derives from torch.amp.GradScaler in torch; under redirection it was
+    # not an instance of the replacement, and save_training_state refused it with a TypeError. Nor
+    # was a scaler made before enable().
+    made_before = torch.amp.GradScaler("cpu"), torch.autocast("cpu")
+    with redirect.redirected(target):
+        scaler, cuda_autocast = torch.cuda.amp.GradScaler(), torch.cuda.amp.autocast()
+        assert isinstance(scaler, torch.amp.GradScaler) and issubclass(type(scaler), torch.amp.GradScaler)
+        assert isinstance(cuda_autocast, torch.autocast) and isinstance(cuda_autocast, torch.amp.autocast)
+        assert isinstance(made_before[0], torch.amp.GradScaler) and isinstance(made_before[1], torch.autocast)
+        assert not isinstance(torch.amp.GradScaler(), torch.cuda.amp.GradScaler)  # as in torch
+        model = torch.nn.Linear(2, 2).cuda()
+        path = checkpoint.save_training_state(tmp_path / "state.safetensors", model,
+                                              torch.optim.SGD(model.parameters(), lr=0.1), scaler=scaler)
+        assert checkpoint.load_training_state(path, model, scaler=torch.amp.GradScaler()).step == 0
+    assert isinstance(scaler, torch.amp.GradScaler) and isinstance(cuda_autocast, torch.autocast)
 
 
 LIGHTNING_PROGRAM = """

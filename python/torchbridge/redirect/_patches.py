@@ -13,7 +13,7 @@ import torch.utils._device
 from . import (_attention, _autocast_queries, _cuda, _cuda_unavailable, _distributed, _legacy_types, _lightning,
                _multiprocessing, _optim, _parallel, _profiler, _serialization)
 from ._host import HostStream
-from ._proxy import proxy_class
+from ._proxy import StandIn, proxy_class
 from ._redirector import is_device_like, logger
 
 # Tensor factories and *_like functions that take a device= argument.
@@ -249,19 +249,22 @@ def install(redirector, patcher):
     def device_type_of(requested):
         return resolve(requested).type
 
-    class autocast(original_autocast):
+    # The replacements stand in for torch's classes in isinstance checks (StandIn), and torch.cuda.amp's
+    # derive from them, as torch's derive from torch.amp's: a torch.cuda.amp.GradScaler() is a
+    # torch.amp.GradScaler, which checkpoint.save_training_state requires.
+    class autocast(original_autocast, metaclass=StandIn):
         def __init__(self, device_type="cuda", *args, **kwargs):
             super().__init__(device_type_of(device_type), *args, **kwargs)
 
-    class GradScaler(original_scaler):
+    class GradScaler(original_scaler, metaclass=StandIn):
         def __init__(self, device="cuda", *args, **kwargs):
             super().__init__(device_type_of(device), *args, **kwargs)
 
-    class cuda_amp_autocast(original_autocast):
+    class cuda_amp_autocast(autocast):
         def __init__(self, enabled=True, dtype=torch.float16, cache_enabled=True):
             super().__init__(target_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
-    class cuda_amp_GradScaler(original_scaler):
+    class cuda_amp_GradScaler(GradScaler):
         def __init__(self, *args, **kwargs):
             super().__init__(target_type, *args, **kwargs)
 

@@ -19,3 +19,24 @@ def proxy_class(real_type, make, name=None, class_attributes=None):
 
     namespace = {"__doc__": real_type.__doc__, "__module__": real_type.__module__, **(class_attributes or {})}
     return Meta(name or real_type.__name__, (), namespace)
+
+
+class StandIn(type):
+    """Metaclass of a subclass that takes its base's place in torch's namespace (torch.amp.GradScaler
+    and torch.autocast under redirection). isinstance/issubclass with the stand-in answer for the
+    base, the real type: a scaler made before enable(), or by a torch class deriving from the real
+    one, is still a torch.amp.GradScaler (checkpoint.save_training_state refused those). Classes
+    deriving from the stand-in (torch.cuda.amp.GradScaler under redirection) answer as usual: a
+    torch.amp.GradScaler is not one of them, as in torch."""
+
+    def __instancecheck__(cls, obj):
+        real_type = cls.__bases__[0]
+        if isinstance(real_type, StandIn):
+            return type.__instancecheck__(cls, obj)
+        return isinstance(obj, real_type)
+
+    def __subclasscheck__(cls, sub):
+        real_type = cls.__bases__[0]
+        if isinstance(real_type, StandIn):
+            return type.__subclasscheck__(cls, sub)
+        return issubclass(sub, real_type)
