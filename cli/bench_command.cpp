@@ -3,6 +3,7 @@
 #include "arguments.h"
 #include "bench_cases.h"
 #include "commands.h"
+#include "printable_json.h"
 #include "text_format.h"
 
 #include <torchbridge/registry.h>
@@ -101,7 +102,7 @@ std::string bench_json(const std::vector<BenchResult>& results) {
                      {"met", r.goal ? nlohmann::json(r.met()) : nlohmann::json(nullptr)},
                      {"note", r.note}});
   }
-  return nlohmann::json{{"schema", "torchbridge.bench/1"}, {"torch", TORCH_VERSION}, {"results", items}}.dump(2);
+  return printable_json(nlohmann::json{{"schema", "torchbridge.bench/1"}, {"torch", TORCH_VERSION}, {"results", items}});
 }
 
 int run_bench(const std::vector<std::string>& args) {

@@ -1,6 +1,7 @@
 // `torchbridge checkpoint inspect|verify|convert`: safetensors files through the C++ reader/writer.
 #include "arguments.h"
 #include "commands.h"
+#include "printable_json.h"
 #include "text_format.h"
 
 #include <torchbridge/checkpoint/checkpoint.h>
@@ -75,10 +76,10 @@ int inspect(const std::vector<std::string>& args) {
     total += shard_bytes;
   }
   if (parsed.has("--json")) {
-    std::cout << nlohmann::json({{"path", parsed.positional[0]}, {"sharded", checkpoint.sharded()},
+    std::cout << printable_json(nlohmann::json({{"path", parsed.positional[0]}, {"sharded", checkpoint.sharded()},
                                  {"index", checkpoint.sharded() ? nlohmann::json(checkpoint.index_file()) : nlohmann::json(nullptr)},
                                  {"shards", shards}, {"tensors", tensors}, {"metadata", checkpoint.metadata()},
-                                 {"total_bytes", total}}).dump(2)
+                                 {"total_bytes", total}}), 2)
               << "\n";
     return 0;
   }

@@ -4,6 +4,7 @@
 #include "arguments.h"
 #include "commands.h"
 #include "compiler_runtime.h"
+#include "printable_json.h"
 #include "text_format.h"
 
 #include <torchbridge/health.h>
@@ -243,7 +244,7 @@ int run_doctor(const std::vector<std::string>& args) {
         {"checks", list},
         {"outcome", outcome_name(overall)},
         {"exit_code", exit_code}};
-    std::cout << out.dump(2) << "\n";
+    std::cout << printable_json(out, 2) << "\n";
     return exit_code;
   }
 
@@ -251,7 +252,7 @@ int run_doctor(const std::vector<std::string>& args) {
             << "torch " << TORCH_VERSION << ": CUDA " << yes_no(cuda_built) << ", ROCm " << yes_no(rocm_built)
             << ", XPU " << yes_no(xpu_built) << ", MPS " << yes_no(mps_built) << "; C++ ABI "
             << (cxx11_abi ? "cxx11" : "pre-cxx11") << "\n";
-  std::cout << "environment overrides: " << (overrides.empty() ? "none" : overrides.dump()) << "\n\n";
+  std::cout << "environment overrides: " << (overrides.empty() ? "none" : printable_json(overrides)) << "\n\n";
   for (const auto& c : checks) {
     std::string timing;
     if (c.duration_ms) {

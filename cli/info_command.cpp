@@ -2,6 +2,7 @@
 // and memory statistics.
 #include "arguments.h"
 #include "commands.h"
+#include "printable_json.h"
 #include "text_format.h"
 
 #include <torchbridge/json_text.h>
@@ -203,7 +204,7 @@ int run_info(const std::vector<std::string>& args) {
         {"best_backend", best ? nlohmann::json(*best) : nlohmann::json(nullptr)},
         {"best_backend_error", best_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(best_error)},
         {"backends", backends}};
-    std::cout << out.dump(2) << "\n";
+    std::cout << printable_json(out, 2) << "\n";
     return 0;
   }
 

@@ -3,6 +3,7 @@
 #include "arguments.h"
 #include "commands.h"
 #include "portability_training.h"
+#include "printable_json.h"
 #include "text_format.h"
 #include "train_model_parallel.h"
 
@@ -135,6 +136,12 @@ TrainOptions parse_train_options(const ParsedArguments& parsed) {
       throw UsageError(flag + " trains builtin:mlp only: the tensor- and pipeline-parallel layers exist "
                        "(include/torchbridge/distributed/), but splitting builtin:" + options.model +
                        " would need its TorchScript graph rebuilt as torch::nn modules");
+    }
+  }
+  for (const char* pipeline_only : {"--micro-batches", "--schedule"}) {
+    if (parsed.option(pipeline_only) && options.mode != Parallelism::pipeline_parallel) {
+      throw UsageError(std::string(pipeline_only) + " sets how --pipeline-parallel feeds its stages; without " +
+                       "--pipeline-parallel it would change nothing");
     }
   }
   if (const auto* text = parsed.option("--micro-batches")) {
@@ -413,7 +420,7 @@ int run_train(const std::vector<std::string>& args) {
     }
     if (options.save) report["saved"] = *options.save;
     if (options.json) {
-      std::cout << report.dump(2) << "\n";
+      std::cout << printable_json(report, 2) << "\n";
     } else {
       std::cout << "train builtin:" << options.model << " on " << options.device << ", " << world
                 << (world == 1 ? " rank" : " ranks") << ", " << to_string(options.mode) << ", steps " << start_step

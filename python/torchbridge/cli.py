@@ -122,7 +122,7 @@ def _export(argv: "list[str]") -> int:
     options = _options(argv, ("--model", "--format", "--output", "--input-shape"))
     if options is None or options.get("--format") not in _PYTHON_EXPORTS:
         sys.stdout.flush()
-        return _C.run_cli(["export"] + list(argv), _SELF_COMMAND)
+        return _run_cli(["export"] + list(argv))
     export_format = options["--format"]
     exporter_name, verified_by = _PYTHON_EXPORTS[export_format]
     try:
@@ -185,12 +185,18 @@ _PYTHON_COMMANDS = {"run": _run, "export": _export}
 _SELF_COMMAND = [sys.executable, "-m", "torchbridge.cli"]
 
 
+def _run_cli(argv: "list[str]") -> int:
+    # As bytes: an argument that is not UTF-8 (a file name) reaches Python as a str with surrogate
+    # escapes, which the binding could not turn into a C++ string (a TypeError, not a run).
+    return _C.run_cli([os.fsencode(argument) for argument in argv], _SELF_COMMAND)
+
+
 def main(argv: "list[str] | None" = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in _PYTHON_COMMANDS:
         return _PYTHON_COMMANDS[argv[0]](argv[1:])
     sys.stdout.flush()
-    return _C.run_cli(argv, _SELF_COMMAND)
+    return _run_cli(argv)
 
 
 if __name__ == "__main__":

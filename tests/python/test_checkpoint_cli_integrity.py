@@ -4,6 +4,7 @@ onto itself, malformed indexes, long tensor names, repeated options. Each case w
 by using the CLI as a user would (2026-11-27); files are read back with the Python `safetensors`
 package and torch, independent of our reader."""
 
+import json
 import os
 import subprocess
 import sys
@@ -151,6 +152,23 @@ def test_convert_refuses_one_shard_into_the_directory_whose_checkpoint_it_would_
     index = sharded / "model.safetensors.index.json"
     assert tb("checkpoint", "convert", index, sharded, "--shard-size", "10GB").returncode == 0
     assert listing(sharded) == ["model.safetensors"]
+
+
+def test_json_reports_hold_paths_and_settings_that_are_not_utf8(tmp_path):
+    # JSON text is UTF-8; a file name or environment value of other bytes once made the whole
+    # report fail (nlohmann's type_error 316). The invalid bytes are written as U+FFFD.
+    name = tmp_path / os.fsdecode(b"caf\xe9.safetensors")
+    save_file({"w": torch.ones(2)}, str(name))
+    inspected = subprocess.run([CONSOLE_SCRIPT, "checkpoint", "inspect", name, "--json"], capture_output=True)
+    assert inspected.returncode == 0, inspected.stderr
+    assert json.loads(inspected.stdout)["path"].endswith("caf\ufffd.safetensors")
+    environment = dict(os.environ)
+    environment = {os.fsencode(k): os.fsencode(v) for k, v in environment.items()}
+    environment[b"TORCHBRIDGE_NOTE"] = b"\xff"
+    doctor = subprocess.run([CONSOLE_SCRIPT, "doctor", "--json", "--backend", "cpu"], capture_output=True,
+                            env=environment, timeout=300)
+    assert doctor.returncode == 0, doctor.stderr
+    assert json.loads(doctor.stdout)["environment_overrides"]["TORCHBRIDGE_NOTE"] == "\ufffd"
 
 
 def test_inspect_shows_whole_names_and_shapes(tmp_path):

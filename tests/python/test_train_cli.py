@@ -151,6 +151,9 @@ def test_torchrun_without_a_parallel_mode_is_refused():
      "not supported with pipeline-parallel yet"),
     (["--model", "builtin:mlp", "--pipeline-parallel", "1", "--micro-batches", "5"],
      "--global-batch 24 does not split into 5 equal micro-batches"),
+    (["--model", "builtin:mlp", "--micro-batches", "7"], "without --pipeline-parallel it would change nothing"),
+    (["--model", "builtin:mlp", "--data-parallel", "--schedule", "gpipe"],
+     "--schedule sets how --pipeline-parallel feeds its stages"),
 ])
 def test_bad_options_are_clear_errors(args, message):
     run = train(*args, ranks=2 if "--global-batch" in args else None, check=False)
