@@ -1,5 +1,7 @@
 #include "checkpoint/safetensors_header.h"
 
+#include "core/strict_json.h"
+
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
@@ -18,24 +20,17 @@ using json = nlohmann::json;
   TORCH_CHECK_VALUE(false, file, ": ", tensor.empty() ? "" : "tensor '" + tensor + "': ", problem);
 }
 
-// Parses with a callback that enforces bounded nesting and unique keys in every object (the
-// JSON library would otherwise keep the last duplicate silently).
+// Bounded nesting and unique keys in every object (the JSON library would otherwise keep the last
+// duplicate silently).
 json parse_strictly(const std::string& file, std::string_view text) {
-  std::vector<std::set<std::string>> keys_per_object;
-  const auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth > kMaxJsonDepth) fail(file, "", "header JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    if (event == json::parse_event_t::object_start) keys_per_object.emplace_back();
-    if (event == json::parse_event_t::object_end && !keys_per_object.empty()) keys_per_object.pop_back();
-    if (event == json::parse_event_t::key && !keys_per_object.empty()) {
-      const std::string key = parsed.get<std::string>();
-      if (!keys_per_object.back().insert(key).second) {
-        fail(file, depth == 1 ? key : "", "appears twice in the header (duplicate key '" + key + "')");
-      }
+  const auto on_problem = [&](detail::JsonProblem problem, const std::string& key, int depth) {
+    if (problem == detail::JsonProblem::too_deep) {
+      fail(file, "", "header JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     }
-    return true;
+    fail(file, depth == 1 ? key : "", "appears twice in the header (duplicate key '" + key + "')");
   };
   try {
-    return json::parse(text.begin(), text.end(), callback);
+    return detail::parse_json_strictly(text, kMaxJsonDepth, on_problem);
   } catch (const json::exception& e) {
     fail(file, "", std::string("header is not valid JSON: ") + e.what());
   }

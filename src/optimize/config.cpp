@@ -1,5 +1,6 @@
 #include <torchbridge/optimize/config.h>
 
+#include "core/strict_json.h"
 #include "optimize/flat_toml.h"
 
 #include <torchbridge/parse_integer.h>
@@ -16,6 +17,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,6 +27,9 @@
 
 namespace torchbridge {
 namespace {
+
+// Far deeper than any section; bounds the parser on a hostile file.
+constexpr int kMaxConfigDepth = 64;
 
 // What a field's value may be, and how to store it into a config: one row per field, so the
 // schema, reading, writing and the environment cannot disagree.
@@ -259,8 +264,13 @@ TorchBridgeConfig from_json(const nlohmann::json& document, TorchBridgeConfig co
                     document.type_name());
   std::vector<std::pair<std::string, const nlohmann::json*>> fields;
   flatten(document, "", fields);
+  std::set<std::string> given;
   for (const auto& field : fields) {
     const std::string& key = field.first;
+    // One field as a nested section and as a dotted key ({"hardware": {"intel": {...}}} and
+    // "hardware.intel.enable_onednn"): which should win is not the reader's to guess.
+    TORCH_CHECK_VALUE(given.insert(key).second, source, ": '", key,
+                      "' is given twice (once as a dotted key, once inside its section)");
     const nlohmann::json* value = field.second;
     const auto codec = std::find_if(codecs().begin(), codecs().end(),
                                     [&](const FieldCodec& c) { return key == c.field.name; });
@@ -336,8 +346,14 @@ void validate(const TorchBridgeConfig& config) {
 
 TorchBridgeConfig config_from_json_text(std::string_view json, const TorchBridgeConfig& base, std::string_view source) {
   nlohmann::json document;
+  // A key given twice in one object is refused, as TOML refuses it (nlohmann keeps the last).
+  const auto on_problem = [&](detail::JsonProblem problem, const std::string& key, int /*depth*/) {
+    TORCH_CHECK_VALUE(problem != detail::JsonProblem::too_deep, source, ": JSON nests deeper than ",
+                      kMaxConfigDepth, " levels");
+    TORCH_CHECK_VALUE(false, source, ": key '", key, "' is given twice in one object");
+  };
   try {
-    document = nlohmann::json::parse(json);
+    document = detail::parse_json_strictly(json, kMaxConfigDepth, on_problem);
   } catch (const nlohmann::json::parse_error& e) {
     TORCH_CHECK_VALUE(false, source, ": not valid JSON (", e.what(), ")");
   }

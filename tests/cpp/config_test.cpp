@@ -84,6 +84,20 @@ TEST(Config, BadDocumentsNameTheKeyAndWhatWasExpected) {
   expect_value_error([&] { config_from_json_text("{"); }, "not valid JSON");
 }
 
+// Said twice is refused, as in TOML: the JSON library kept the last value silently.
+TEST(Config, AFieldGivenTwiceIsRefused) {
+  expect_value_error([&] { config_from_json_text(R"({"precision": "fp8", "precision": "fp32"})", {}, "my.json"); },
+                     "my.json: key 'precision' is given twice in one object");
+  expect_value_error(
+      [&] {
+        config_from_json_text(R"({"hardware": {"intel": {"enable_onednn": false}}, "hardware.intel.enable_onednn": true})",
+                              {}, "my.json");
+      },
+      "my.json: 'hardware.intel.enable_onednn' is given twice (once as a dotted key, once inside its section)");
+  expect_value_error([&] { config_from_json_text(std::string(100, '[') + std::string(100, ']'), {}, "deep.json"); },
+                     "deep.json: JSON nests deeper than 64 levels");
+}
+
 TEST(Config, TomlFilesReadTheSameFields) {
   const std::string path = write_file("tb_config_test.toml",
                                       "# a comment\n"
