@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
