@@ -58,10 +58,18 @@ TensorRecord parse_tensor(const std::string& file, const std::string& name, cons
   const json& shape = value["shape"];
   if (!shape.is_array()) fail(file, name, "shape must be an array, got " + shape.dump());
   uint64_t elements = 1;
+  // torch gives every tensor strides, products of the sizes with zeros taken as ones, so an empty
+  // tensor of huge dimensions ([0, 2^62, 2^62]) has none it can hold, though it has no elements.
+  uint64_t stride_span = 1;
   for (const json& dim : shape) {
     const uint64_t size = unsigned_value(file, name, dim, "shape entries");
     if (size > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(elements, size, &elements)) {
       fail(file, name, "shape " + shape.dump() + " has more elements than 64 bits can count");
+    }
+    if (__builtin_mul_overflow(stride_span, std::max<uint64_t>(size, 1), &stride_span) ||
+        stride_span > static_cast<uint64_t>(INT64_MAX)) {
+      fail(file, name, "shape " + shape.dump() + " has dimensions whose product 64 bits cannot count, so torch " +
+                           "cannot give it strides (even with no elements)");
     }
     record.shape.push_back(static_cast<int64_t>(size));
   }

@@ -221,6 +221,8 @@ TEST(Safetensors, MalformedFilesAreRejectedNamingTheProblem) {
       {"truncated", R"({"a":{"dtype":"U8","shape":[9],"data_offsets":[0,9]}})", 3, "(file truncated?)"},
       {"overflow", R"({"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8,
        "has more elements than 64 bits can count"},
+      {"empty_but_unstrided", R"({"a":{"dtype":"U8","shape":[0,4611686018427387904,4],"data_offsets":[0,0]}})", 0,
+       "tensor 'a': shape [0,4611686018427387904,4] has dimensions whose product 64 bits cannot count"},
       {"negative", R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1, "shape entries must be non-negative"},
       {"reversed", R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[2,1]}})", 2, "end before they begin"},
       {"metadata", R"({"__metadata__":{"k":3}})", 0, "__metadata__ value for 'k' must be a string"},
