@@ -97,6 +97,7 @@ ParsedHeader parse_header(const std::string& file, std::string_view header, uint
   ParsedHeader parsed;
   for (const auto& [name, value] : root.items()) {
     if (name == "__metadata__") {
+      if (value.is_null()) continue;  // the safetensors package reads null as no metadata, and so do we
       if (!value.is_object()) fail(file, "", "__metadata__ must be an object of strings");
       for (const auto& [key, text] : value.items()) {
         if (!text.is_string()) fail(file, "", "__metadata__ value for '" + key + "' must be a string, got " + text.dump());

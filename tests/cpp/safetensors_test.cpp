@@ -206,6 +206,15 @@ struct Malformed {
   const char* expected;
 };
 
+// What the safetensors package reads, as it reads it: a null __metadata__ is no metadata.
+TEST(Safetensors, ANullMetadataIsNoMetadata) {
+  const std::string path =
+      write_raw("null_metadata.safetensors", R"({"__metadata__":null,"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})", 2);
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  EXPECT_TRUE(file.metadata().empty());
+  EXPECT_TRUE(at::equal(file.load("a"), at::zeros({2}, at::kByte)));
+}
+
 TEST(Safetensors, MalformedFilesAreRejectedNamingTheProblem) {
   const std::vector<Malformed> corpus = {
       {"not_json", "{nope", 0, "header is not valid JSON"},
