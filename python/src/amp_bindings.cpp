@@ -84,6 +84,7 @@ void bind_amp(py::module_& m) {
       .def("set_growth_interval", &GradScaler::set_growth_interval)
       .def("growth_tracker", &GradScaler::growth_tracker)
       .def("is_enabled", &GradScaler::is_enabled)
+      .def("step_in_progress", &GradScaler::step_in_progress)
       .def("state_dict",
            [](const GradScaler& s) -> std::optional<StateTuple> {
              const auto state = s.state_dict();

@@ -206,6 +206,20 @@ class GradScaler:
     def is_enabled(self) -> bool:
         return self._enabled
 
+    # Pickling (copy.deepcopy, multiprocessing) as torch's scaler pickles: its settings and current
+    # scale, the scale tensor recreated at the first scale() after. The C++ core itself cannot be
+    # pickled, so it is rebuilt from them.
+    def __getstate__(self) -> "dict":
+        if self._enabled and self._core.step_in_progress():
+            raise AssertionError("A GradScaler instance may only be pickled at the beginning of an iteration, or at "
+                                 "the end after scaler.update().")
+        return {"device": self._device, "enabled": self._enabled, "state": self.state_dict()}
+
+    def __setstate__(self, state: "dict") -> None:
+        self.__init__(state["device"], enabled=state["enabled"])
+        if self._enabled:
+            self.load_state_dict(state["state"])
+
     def state_dict(self) -> "dict":
         """``{"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}`` as
         torch writes it; ``{}`` when disabled."""

@@ -213,6 +213,35 @@ def test_state_dict_has_torchs_keys_and_loads_both_ways(inputs):
         assert_bit_identical(scripted_run(resumed, "cpu", rest), scripted_run(reference, "cpu", rest))
 
 
+def test_a_scaler_pickles_and_deep_copies_as_torchs_does(inputs):
+    # deepcopy and multiprocessing pickle the scaler; torch's keeps its settings and scale, and
+    # refuses mid-step. Ours held a C++ object pickle could not take (TypeError).
+    import copy
+    import pickle
+    trained = our_scaler("cpu")
+    scripted_run(trained, "cpu", dict(inputs, poison=inputs["poison"][:7]))
+    for clone in (copy.deepcopy(trained), pickle.loads(pickle.dumps(trained))):
+        assert clone.state_dict() == trained.state_dict() and clone.is_enabled()
+        rest = dict(inputs, poison=inputs["poison"][7:])
+        reference = torch_scaler("cpu")
+        reference.load_state_dict(trained.state_dict())
+        assert_bit_identical(scripted_run(clone, "cpu", rest), scripted_run(reference, "cpu", rest))
+    disabled = pickle.loads(pickle.dumps(torchbridge.amp.GradScaler("cpu", enabled=False)))
+    assert not disabled.is_enabled() and disabled.state_dict() == {}
+    # Mid-step (unscaled, not yet updated), as torch's.
+    weight = torch.ones(2, requires_grad=True)
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    for scaler in (torch_scaler("cpu"), our_scaler("cpu")):
+        scaler.scale(weight.sum()).backward()
+        scaler.unscale_(optimizer)
+        with pytest.raises(AssertionError, match="may only be pickled at the beginning of an iteration"):
+            pickle.dumps(scaler)
+        scaler.step(optimizer)
+        scaler.update()
+        pickle.dumps(scaler)
+        weight.grad = None
+
+
 @pytest.mark.parametrize("change, error, words", [
     (lambda s: s.pop("growth_interval"), ValueError, "missing the key 'growth_interval'"),
     (lambda s: s.update(_scale=1.0), ValueError, "unexpected key '_scale'"),

@@ -100,6 +100,8 @@ class GradScaler {
   // binding owns tensors Python can see and lets this object update them in place.
   void adopt_state_tensors(const at::Tensor& scale, const at::Tensor& growth_tracker);
   bool has_scale_tensor() const { return scale_.defined(); }
+  // Whether an optimizer was unscaled or stepped since the last update(): the scaler is mid-step.
+  bool step_in_progress() const { return !optimizer_states_.empty(); }
 
  private:
   enum class Stage { kReady, kUnscaled, kStepped };
