@@ -16,8 +16,10 @@
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -128,9 +130,9 @@ class SdkCachingAllocator final : public CachingAllocator {
     const bool small = size <= kSmallSize;
     Pool& pool = small ? state.small_free : state.large_free;
 
-    Block* block = take_cached(pool, stream, size);
+    Block* block = take_cached(state, pool, stream, size);
     if (block == nullptr) block = new_segment(state, device, stream, size, small, bytes);
-    split(pool, block, size);
+    split(state, pool, block, size);
 
     block->allocated = true;
     block->requested = bytes;
@@ -197,7 +199,7 @@ class SdkCachingAllocator final : public CachingAllocator {
 
   void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (size_t d = 0; d < devices_.size(); ++d) release_cached(devices_[d]);
+    for (size_t d = 0; d < devices_.size(); ++d) release_cached(devices_[d], static_cast<c10::DeviceIndex>(d));
   }
 
   void recordStream(const c10::DataPtr& data_ptr, c10::Stream stream) override {
@@ -270,14 +272,33 @@ class SdkCachingAllocator final : public CachingAllocator {
     return devices_[device];
   }
 
-  static Block* take_cached(Pool& pool, c10::StreamId stream, size_t size) {
+  // A cached block that is part of a split segment is an inactive split, as torch.cuda counts them
+  // (inactive_split, inactive_split_bytes): counted as such a block enters a pool, and uncounted
+  // as it leaves (taken for an allocation, merged into a neighbour).
+  static void count_inactive_split(DeviceState& state, const Block* block, int direction) {
+    if (block->prev == nullptr && block->next == nullptr) return;
+    update(state.stats.inactive_split, block->small, direction);
+    update(state.stats.inactive_split_bytes, block->small, direction * static_cast<int64_t>(block->size));
+  }
+
+  static void pool_insert(DeviceState& state, Pool& pool, Block* block) {
+    pool.insert(block);
+    count_inactive_split(state, block, 1);
+  }
+
+  static void pool_erase(DeviceState& state, Pool& pool, Block* block) {
+    pool.erase(block);
+    count_inactive_split(state, block, -1);
+  }
+
+  static Block* take_cached(DeviceState& state, Pool& pool, c10::StreamId stream, size_t size) {
     Block key;
     key.stream = stream;
     key.size = size;
     auto it = pool.lower_bound(&key);
     if (it == pool.end() || (*it)->stream != stream) return nullptr;
     Block* block = *it;
-    pool.erase(it);
+    pool_erase(state, pool, block);
     return block;
   }
 
@@ -289,8 +310,7 @@ class SdkCachingAllocator final : public CachingAllocator {
     if (status == TB_ERROR_OUT_OF_MEMORY) {
       // Give every cached byte back to the device and try once more.
       state.stats.num_alloc_retries += 1;
-      process_pending(state, /*wait=*/true);
-      release_cached(state);
+      release_cached(state, device);
       status = reserve(state, device, bytes, &ptr);
     }
     if (status == TB_ERROR_OUT_OF_MEMORY) {
@@ -338,7 +358,7 @@ class SdkCachingAllocator final : public CachingAllocator {
                     " are reserved (set_per_process_memory_fraction raises the cap).");
   }
 
-  void split(Pool& pool, Block* block, size_t size) {
+  static void split(DeviceState& state, Pool& pool, Block* block, size_t size) {
     const size_t remaining = block->size - size;
     if (block->small ? remaining < kMinBlockSize : remaining <= kSmallSize) return;
     auto* rest = new Block(*block);
@@ -350,7 +370,7 @@ class SdkCachingAllocator final : public CachingAllocator {
     if (rest->next != nullptr) rest->next->prev = rest;
     block->next = rest;
     block->size = size;
-    pool.insert(rest);
+    pool_insert(state, pool, rest);
   }
 
   void return_to_pool(DeviceState& state, Block* block) {
@@ -360,7 +380,7 @@ class SdkCachingAllocator final : public CachingAllocator {
     // Merge with free neighbours so the segment can become whole again.
     for (Block* neighbour : {block->prev, block->next}) {
       if (neighbour == nullptr || neighbour->allocated || pool.count(neighbour) == 0) continue;
-      pool.erase(neighbour);
+      pool_erase(state, pool, neighbour);
       if (neighbour == block->prev) {
         block->ptr = neighbour->ptr;
         block->prev = neighbour->prev;
@@ -372,7 +392,7 @@ class SdkCachingAllocator final : public CachingAllocator {
       block->size += neighbour->size;
       delete neighbour;
     }
-    pool.insert(block);
+    pool_insert(state, pool, block);
   }
 
   void process_pending(DeviceState& state, bool wait) {
@@ -393,11 +413,22 @@ class SdkCachingAllocator final : public CachingAllocator {
     }
   }
 
-  void release_cached(DeviceState& state) {
+  static bool whole_segment(const Block* block) { return block->prev == nullptr && block->next == nullptr; }
+
+  // Gives the device back every cached segment none of whose memory is in use. The device is
+  // synchronized first, as cudaFree does: work queued before a block was freed may still read or
+  // write it, and a runtime that hands the memory out again at once would put a new segment under
+  // that work. Then the frees that waited for other streams (record_stream) join the pools, so
+  // their segments go back too.
+  void release_cached(DeviceState& state, c10::DeviceIndex device) {
+    const auto any_whole = [](const Pool& pool) { return std::any_of(pool.begin(), pool.end(), whole_segment); };
+    if (state.pending.empty() && !any_whole(state.small_free) && !any_whole(state.large_free)) return;
+    TB_CALL(device_synchronize, device);
+    process_pending(state, /*wait=*/true);
     for (Pool* pool : {&state.small_free, &state.large_free}) {
       for (auto it = pool->begin(); it != pool->end();) {
         Block* block = *it;
-        if (block->prev != nullptr || block->next != nullptr) {  // part of a split segment
+        if (!whole_segment(block)) {  // part of a split segment, another part in use
           ++it;
           continue;
         }

@@ -90,17 +90,25 @@ void raw_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   } else if (!on_sdk_device(dst)) {
     host_device_copy(dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_DEVICE_TO_HOST,
                      current_stream(src.device().index()), dst.data_ptr(), non_blocking);
-  } else {  // device -> device, ordered after the source's work and asynchronous to the host
+  } else {  // device -> device, asynchronous to the host
+    // Between two streams (two devices), a barrier both ways, as CUDA's copy between devices: the
+    // copy runs on the source's stream after the destination's queued work, and the destination's
+    // stream waits for it. Ordered one way only (on the destination's stream, after the source's
+    // work), a later write to the source on its own stream could land before the copy read it.
     const c10::Stream dst_stream = current_stream(dst.device().index());
     const c10::Stream src_stream = current_stream(src.device().index());
     if (src_stream != dst_stream) {
-      c10::Event ready(c10::DeviceType::PrivateUse1);
-      ready.record(src_stream);
-      ready.block(dst_stream);
-      caching_allocator().recordStream(src.storage().data_ptr(), dst_stream);
+      c10::Event destination_ready(c10::DeviceType::PrivateUse1);
+      destination_ready.record(dst_stream);
+      destination_ready.block(src_stream);
     }
     TB_CALL(memcpy_async, dst.data_ptr(), src.data_ptr(), bytes, TB_MEMCPY_DEVICE_TO_DEVICE,
-            native_stream(dst_stream));
+            native_stream(src_stream));
+    if (src_stream != dst_stream) {
+      c10::Event copied(c10::DeviceType::PrivateUse1);
+      copied.record(src_stream);
+      copied.block(dst_stream);
+    }
   }
 }
 
