@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -182,9 +183,36 @@ int convert(const std::vector<std::string>& args) {
     metadata = input.metadata();
     for (const auto& name : input.names()) tensors.emplace_back(name, input.load(name));
   }
+  // --dtype casts the full-precision floating-point tensors. Quantized weights (every float8
+  // dtype) and their scaling factors (<name>_scale, <name>_scale_inv) stay as they are: a cast
+  // would drop the scaling that gives the stored values their meaning, and turn e8m0 scales
+  // (up to 2^127) into infinities in float16.
+  std::set<std::string> quantized;
+  for (const auto& [name, tensor] : tensors) {
+    if (c10::isFloat8Type(tensor.scalar_type())) quantized.insert(name);
+  }
+  const auto is_scale_of_quantized = [&](const std::string& name) {
+    for (const std::string suffix : {"_scale", "_scale_inv"}) {
+      if (name.ends_with(suffix) && quantized.count(name.substr(0, name.size() - suffix.size())) > 0) return true;
+    }
+    return false;
+  };
+  size_t kept = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (dtype && tensors[i].second.is_floating_point()) tensors[i].second = tensors[i].second.to(*dtype);
+    auto& [name, tensor] = tensors[i];
+    if (dtype && tensor.is_floating_point()) {
+      if (quantized.count(name) > 0 || is_scale_of_quantized(name)) {
+        ++kept;
+      } else {
+        tensor = tensor.to(*dtype);
+      }
+    }
     if (progress) std::cerr << "\rconverting " << i + 1 << "/" << tensors.size() << " tensors" << std::flush;
+  }
+  if (kept > 0) {
+    if (progress) std::cerr << "\n";
+    std::cerr << "torchbridge: note: kept " << kept << " quantized tensors (float8) and their scales as they are; "
+              << "--dtype casts full-precision tensors only\n";
   }
   if (shard_size) {
     const auto files = checkpoint::save_sharded(out, tensors, *shard_size, metadata);

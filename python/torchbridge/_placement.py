@@ -8,7 +8,9 @@ import torch
 
 from . import _C
 
-_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+# Every float8 dtype this torch has (e4m3fn, e5m2, their fnuz variants, e8m0 scales).
+_FP8 = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                                               "float8_e8m0fnu") if hasattr(torch, name))
 
 
 # ---- device map -----------------------------------------------------------------------------------

@@ -20,7 +20,8 @@
 namespace torchbridge::checkpoint {
 namespace {
 
-bool is_fp8(c10::ScalarType dtype) { return dtype == at::kFloat8_e4m3fn || dtype == at::kFloat8_e5m2; }
+// Every float8 dtype torch has (e4m3fn, e5m2, their fnuz variants, e8m0 scales).
+bool is_fp8(c10::ScalarType dtype) { return c10::isFloat8Type(dtype); }
 
 bool device_holds(const c10::Device& device, c10::ScalarType dtype) {
   const auto backend = BackendRegistry::instance().lookup(c10::DeviceTypeName(device.type(), true));

@@ -171,6 +171,24 @@ def test_json_reports_hold_paths_and_settings_that_are_not_utf8(tmp_path):
     assert json.loads(doctor.stdout)["environment_overrides"]["TORCHBRIDGE_NOTE"] == "\ufffd"
 
 
+def test_convert_dtype_leaves_quantized_weights_and_their_scales_as_they_are(tmp_path):
+    # A cast of an fp8 weight drops the scaling its stored values need; its factor cast to float16
+    # loses bits. Both were cast.
+    source, target = tmp_path / "quantized.safetensors", tmp_path / "half.safetensors"
+    weight = (torch.randn(16, 16) * 100).to(torch.float8_e4m3fn)
+    state = {"proj.weight": weight, "proj.weight_scale_inv": torch.tensor([1e-6]), "proj.bias": torch.randn(16),
+             "other_scale_inv": torch.tensor([0.5])}
+    save_file(state, str(source))
+    result = tb("checkpoint", "convert", source, target, "--dtype", "float16")
+    assert result.returncode == 0, result.stderr
+    assert "kept 2 quantized tensors (float8) and their scales as they are" in result.stderr
+    converted = load_file(str(target))
+    assert torch.equal(converted["proj.weight"].view(torch.uint8), weight.view(torch.uint8))
+    assert converted["proj.weight_scale_inv"].dtype == torch.float32
+    assert converted["proj.bias"].dtype == torch.float16
+    assert converted["other_scale_inv"].dtype == torch.float16  # no quantized tensor of that name
+
+
 def test_inspect_shows_whole_names_and_shapes(tmp_path):
     # Names were cut at 39 characters, so q_proj.weight and q_proj.weight_scale_inv looked alike.
     path = tmp_path / "fp8.safetensors"
