@@ -290,9 +290,14 @@ class UnifiedManager:
             # (no frame captured; seen on the CPU build). This keeps the module and its state-dict keys.
             model.forward = torch.compile(model.forward, backend=argument)
         elif name == "int8_weights":
-            replaced = quantize_linear_weights(model, torch.bfloat16)
+            replaced, skipped_layers = quantize_linear_weights(model, torch.bfloat16)
+            skipped = "; ".join(f"{layer}: {reason}" for layer, reason in skipped_layers)
             if not replaced:
-                return model, optimizer, "no nn.Linear to quantize (subclasses of Linear are left alone)", None
+                return model, optimizer, ("no nn.Linear to quantize (subclasses of Linear are left alone)" +
+                                          (f"; {skipped}" if skipped else "")), None
+            if skipped:
+                return model, optimizer, None, (f"{len(replaced)} Linear layer(s) quantized; {len(skipped_layers)} "
+                                                f"left in bf16 ({skipped})")
         elif name.startswith("hardware."):
             return _hardware_step(name, argument, model, optimizer, self.device)
         elif name == "fp8":

@@ -238,6 +238,25 @@ def test_the_fp8_step_converts_the_linear_layers_it_can_and_says_which():
     assert refused.startswith("no Linear layer could be converted (0: in_features 3")
 
 
+def test_o3_leaves_layers_the_int8_kernel_cannot_run_in_bf16_and_says_which():
+    # torch's CPU int8 kernel crashed the process (in_features 24) or computed wrong numbers (40);
+    # such layers stay bf16 Linears, and the step's note names them.
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(24, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)).eval()
+    model = torch.nn.Sequential(torch.nn.Linear(24, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)).eval()
+    model.load_state_dict(reference.state_dict())
+    manager = UnifiedManager(cpu_config(training=False, precision="bf16", optimization_level="O3"))
+    model = manager.optimize(model)
+    assert type(model[0]) is torch.nn.Linear and isinstance(model[2], Int8WeightOnlyLinear)
+    step = next(s for s in manager.report().steps if s.name == "int8_weights")
+    assert step.outcome == "applied" and "0: in_features 24 is not a multiple of 16" in step.detail, step
+    x = torch.randn(4, 24)
+    expected = reference(x)
+    assert (model(x).float() - expected).norm() / expected.norm() < 0.03
+    with pytest.raises(ValueError, match="in_features 40 is not a multiple of 16"):
+        Int8WeightOnlyLinear(torch.nn.Linear(40, 8), torch.bfloat16)
+
+
 def test_int8_linear_is_the_dequantized_matmul():
     torch.manual_seed(1)
     linear = torch.nn.Linear(64, 48)
@@ -246,7 +265,7 @@ def test_int8_linear_is_the_dequantized_matmul():
     dequantized = q.weight_int8.float() * q.scale.float()[:, None]
     expected = x.float() @ dequantized.t() + linear.bias.detach().bfloat16().float()
     torch.testing.assert_close(q(x).float(), expected, rtol=2e-2, atol=2e-2)
-    zero = torch.nn.Linear(4, 2)
+    zero = torch.nn.Linear(16, 2)
     with torch.no_grad():
         zero.weight.zero_()
     assert torch.all(Int8WeightOnlyLinear(zero, torch.bfloat16).weight_int8 == 0)
