@@ -74,7 +74,8 @@ class DataParallel(torch.nn.Module):
             raise ValueError(f"bucket sizes must be positive, got bucket_cap_mb={bucket_cap_mb!r}, "
                              f"first_bucket_mb={first_bucket_mb!r}")
         self.module = module
-        named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+        # Every parameter: frozen ones are broadcast from rank 0 too (the C++ side reduces the trained ones).
+        named = list(module.named_parameters())
         buffers = list(module.buffers())
         # The C++ side holds its own references to these tensors; the lists keep them alive for the call.
         self._impl = _C._DataParallel([name for name, _ in named], [p._cdata for _, p in named],

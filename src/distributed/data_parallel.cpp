@@ -70,7 +70,11 @@ DataParallel::DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGro
                     " and first_bucket_bytes ", options.first_bucket_bytes);
   std::unordered_map<size_t, std::string> names;
   std::vector<std::pair<std::string, at::Tensor>> trained;
+  // Every parameter, frozen ones too: each rank starts from rank 0's, as DistributedDataParallel
+  // broadcasts them all. Only the trained ones go into the reducer.
+  std::vector<std::pair<std::string, at::Tensor>> every;
   for (const auto& [name, parameter] : model.parameters) {
+    every.emplace_back(name, parameter);
     if (!parameter.requires_grad()) continue;
     names.emplace(parameters_.size(), name);
     parameters_.push_back(parameter);
@@ -90,8 +94,9 @@ DataParallel::DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGro
                     "device tensor, which Gloo cannot take)");
   const auto& native = group_->native();
 
-  check_same_parameters_on_every_rank(*group_, trained, "DataParallel");
-  std::vector<at::Tensor> state = parameters_;
+  check_same_parameters_on_every_rank(*group_, every, "DataParallel");
+  std::vector<at::Tensor> state;
+  for (const auto& named : every) state.push_back(named.second);
   for (const auto& b : model.buffers) state.push_back(b);
   broadcast_through_host(*group_, state, 0);
 

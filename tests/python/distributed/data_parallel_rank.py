@@ -59,6 +59,17 @@ worst = max((a.cpu() - b).abs().max().item() for a, b in zip(on_emu.module.param
 if worst > 1e-12:
     fail(f"DataParallel on emu differs from one CPU process by {worst:.3g}")
 
+# Frozen parameters start from rank 0's too, as DDP broadcasts them (they were left as each rank
+# made them: ranks then ran different models).
+frozen_model = model(300 + rank)
+frozen_model[2].weight.requires_grad_(False)
+frozen = tbd.DataParallel(frozen_model.to("emu:0"), group)
+weights = frozen.module[2].weight.detach().cpu()
+everyone = [torch.empty_like(weights) for _ in range(world)]
+dist.all_gather(everyone, weights)
+if not all(torch.equal(other, model(300)[2].weight.detach()) for other in everyone):
+    fail("a frozen parameter was not broadcast from rank 0")
+
 # no_sync keeps gradients local: ranks saw different rows, so their gradients differ.
 on_emu.zero_grad()
 with on_emu.no_sync():
