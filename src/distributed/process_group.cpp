@@ -161,7 +161,11 @@ std::shared_ptr<ProcessGroup> init(const LaunchEnvironment& env, const InitOptio
                     "; use gloo (device '", options.device, "')");
   TORCH_CHECK_VALUE(backend == CollectiveBackend::gloo || cuda, "the nccl collective backend reduces CUDA tensors, ",
                     "not device '", options.device, "'; use gloo");
-  const auto store = c10::make_intrusive<c10d::PrefixStore>("torchbridge", rendezvous_store(env, options.timeout));
+  // A restarted job (torchelastic) shares the agent's store with its earlier attempts, whose keys
+  // (Gloo's addresses among them) are still there: each attempt has its own prefix, as torch's own
+  // groups do, or the new ranks would read a dead attempt's addresses.
+  const auto store = c10::make_intrusive<c10d::PrefixStore>(
+      "torchbridge/attempt_" + std::to_string(env.restart_count.value_or(0)), rendezvous_store(env, options.timeout));
   // Gloo always: the CPU tensors of the option and parameter checks, fingerprints and host staging.
   const auto gloo = joining(env, "connecting Gloo to every other rank (timeout " +
                                    std::to_string(options.timeout.count()) + " ms)",

@@ -23,6 +23,45 @@ def test_data_parallel_under_torchrun(ranks):
     assert run.stdout.count("DataParallel = DDP on the CPU (bit for bit)") == ranks, run.stdout
 
 
+RESTARTED_JOB = """
+import os, socket, sys, torch, torch.multiprocessing as mp
+from datetime import timedelta
+
+def rank_of(rank, port, attempt):
+    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True",
+                      TORCHELASTIC_RESTART_COUNT=str(attempt))
+    import torchbridge.distributed as tbd
+    group = tbd.init(timeout=20)
+    group.barrier()
+    tbd.DataParallel(torch.nn.Linear(2, 2), group)
+    print(f"attempt {attempt} rank {rank} joined", flush=True)
+
+if __name__ == "__main__":
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # The agent's store, as torchrun's elastic agent keeps it across the job's attempts.
+    store = torch.distributed.TCPStore("127.0.0.1", port, 3, True, timedelta(seconds=60), wait_for_workers=False)
+    for attempt in range(3):
+        mp.spawn(rank_of, args=(port, attempt), nprocs=2)
+"""
+
+
+def test_a_restarted_job_joins_again_on_the_agents_store(tmp_path):
+    # Every attempt of a torchelastic job shares the agent's store; the group's keys were under one
+    # fixed prefix, so a restarted rank read the dead attempt's Gloo address ("Connection refused"
+    # in 4 of 6 runs). Each attempt now has its own prefix, as torch's groups do.
+    script = tmp_path / "restarted_job.py"
+    script.write_text(RESTARTED_JOB)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    for attempt in range(3):
+        for rank in range(2):
+            assert f"attempt {attempt} rank {rank} joined" in run.stdout, run.stdout
+
+
 @pytest.fixture
 def without_torchrun(monkeypatch):
     """No launcher's variables: init() makes a world of one."""
