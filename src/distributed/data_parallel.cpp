@@ -23,6 +23,16 @@
 namespace torchbridge::distributed {
 namespace {
 
+// Tells c10d's reducer its buckets are final. Its rebuild after the first step (to the order
+// gradients arrive in) broadcasts that order as a tensor on the parameters' device, which Gloo
+// cannot take for an SDK device, so host staging skips it; but until a rebuild the reducer's
+// hooks record every parameter of every step for it (about 16 bytes per parameter per step,
+// without bound). The flag is protected; a member pointer taken in a derived class reads it
+// legally without making the reducer one.
+struct FinalBuckets : c10d::Reducer {
+  static void mark(c10d::Reducer& reducer) { reducer.*(&FinalBuckets::has_rebuilt_bucket_) = true; }
+};
+
 // Runs a step that drives c10d directly; a failure becomes the group's error (naming the lost
 // rank when the failure was communication).
 template <typename Step>
@@ -114,6 +124,7 @@ DataParallel::DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGro
       options.first_bucket_bytes, /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
       std::vector<int64_t>(bucket_limits.begin(), bucket_limits.end()));
   if (host_staging_) {
+    FinalBuckets::mark(*reducer_);
     reducer_->register_comm_hook(make_host_staging_hook(group_));
   } else if (group_->world_size() == 1) {
     reducer_->register_comm_hook(std::make_unique<UnscaledAllReduceHook>(native));
@@ -133,7 +144,8 @@ void DataParallel::backward(const at::Tensor& loss) {
     // After the first step the reducer knows the order gradients arrive in and rebuilds its
     // buckets to match (every rank agrees, through the group), as DistributedDataParallel does.
     // Not through host staging: the reducer broadcasts the new order as a tensor on the
-    // parameters' device, which Gloo cannot take; the buckets keep reverse registration order.
+    // parameters' device, which Gloo cannot take; the buckets keep reverse registration order
+    // (FinalBuckets).
     if (!host_staging_) reducer_->rebuild_buckets();
     reducer_->prepare_for_forward();
     reducer_->prepare_for_backward({loss});
