@@ -277,7 +277,9 @@ class UnifiedManager:
             except (RuntimeError, ValueError, TypeError) as error:
                 return model, optimizer, f"torch refused fused {type(optimizer).__name__} here: {error}", None
         elif name == "channels_last":
-            model = model.to(memory_format=torch.channels_last)
+            # 4-D tensors only, as the C++ executor does: Module.to(memory_format=...) also takes
+            # 5-D ones, which channels_last refuses, so a model with a Conv3d beside its Conv2d failed.
+            model = model._apply(lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t)
         elif name == "freeze_torchscript":
             model = torch.jit.optimize_for_inference(torch.jit.freeze(model))
         elif name == "autocast":

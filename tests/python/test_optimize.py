@@ -147,6 +147,19 @@ def test_a_level_that_applies_nothing_beyond_o0_says_so():
     assert conv.report().summary() == "O1 on cpu applied channels_last"
 
 
+def test_o1_channels_last_leaves_the_5d_weights_of_a_conv3d_as_they_are():
+    # Module.to(memory_format=channels_last) refuses 5-D tensors: a model with a Conv3d beside its
+    # Conv2d made optimize() raise. 4-D tensors change layout, as the C++ executor does.
+    model = torch.nn.ModuleDict({"flat": torch.nn.Conv2d(3, 4, 3), "volume": torch.nn.Conv3d(3, 4, 3)})
+    weights = {name: module.weight.detach().clone() for name, module in model.items()}
+    manager = UnifiedManager(cpu_config(optimization_level="O1"))
+    model = manager.optimize(model)
+    assert outcomes(manager)["channels_last"] == "applied"
+    assert model["flat"].weight.is_contiguous(memory_format=torch.channels_last)
+    assert model["volume"].weight.is_contiguous()
+    assert all(torch.equal(model[name].weight, weight) for name, weight in weights.items())
+
+
 def test_o1_puts_convolutions_in_channels_last_without_changing_results():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3))
