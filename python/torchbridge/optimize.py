@@ -106,8 +106,8 @@ def _autocast_forward(forward, device_type: str, dtype: torch.dtype):
 
 
 def _fused_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-    """The same optimizer class, hyper-parameters and state, with fused=True (torch raises if the
-    device or dtypes cannot use the fused kernel)."""
+    """``optimizer`` itself, switched to fused=True with its hyper-parameters and state (torch
+    raises if the device or dtypes cannot use the fused kernel, and then nothing changed)."""
     state = optimizer.state_dict()
     for group in state["param_groups"]:
         group.update(fused=True, foreach=None)
@@ -118,7 +118,14 @@ def _fused_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
                 if k in accepted and k != "params"}
     rebuilt = type(optimizer)(groups, **defaults)
     rebuilt.load_state_dict(state)
-    return rebuilt
+    # The caller's object takes the fused one's groups, state and fused-only flags, keeping its
+    # hooks: whatever refers to it stays attached. A new object left an LR scheduler made before
+    # optimize() adjusting the old one's groups, so the learning rate silently stopped changing.
+    original = set(vars(optimizer))
+    for attribute, value in vars(rebuilt).items():
+        if attribute in ("state", "param_groups", "defaults") or attribute not in original:
+            setattr(optimizer, attribute, value)
+    return optimizer
 
 
 class _Reference:

@@ -181,9 +181,16 @@ def test_o1_fuses_the_optimizer_and_keeps_its_state_and_hyperparameters():
         m(x).square().mean().backward()
         opt.step()
         opt.zero_grad()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizers[1], step_size=1, gamma=0.5)  # made before optimize()
     model, fused = manager.optimize(model, optimizers[1])
-    assert fused is not optimizers[1] and fused.param_groups[0]["fused"] is True
+    # The same object, fused: a scheduler made before optimize() still drives it (a new object
+    # left it adjusting the old one's groups, and the learning rate silently stayed put).
+    assert fused is optimizers[1] and fused.param_groups[0]["fused"] is True
     assert fused.param_groups[0]["weight_decay"] == 0.1 and len(fused.state) == 4
+    scheduler.step()
+    assert fused.param_groups[0]["lr"] == 5e-3
+    for group in fused.param_groups:
+        group["lr"] = 1e-2
     for m, opt in ((reference, optimizers[0]), (model, fused)):
         for _ in range(3):
             m(x).square().mean().backward()
