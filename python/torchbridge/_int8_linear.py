@@ -11,8 +11,8 @@ import torch
 
 _INT8_MAX = 127
 # torch's CPU _weight_int8pack_mm handles in_features in multiples of 16 only. Otherwise, measured
-# with torch 2.13 on the development VM, it killed the process (SIGSEGV at 17, 24, 60, 63, 100) or
-# returned wrong numbers (relative error 7.0 at 40, 0.35 at 24 on another CPU, inf at 8).
+# with torch 2.13 on the development VM, it killed the process (SIGSEGV at 17, 24, 60, 63, 100) or,
+# from run to run, returned wrong numbers (relative error 7.0 at 40, 0.35 at 24, inf at 8).
 _IN_FEATURES_MULTIPLE = 16
 
 

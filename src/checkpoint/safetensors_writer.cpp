@@ -6,7 +6,6 @@
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/distinct_tensors.h"
 
-#include <c10/core/StorageImpl.h>
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
@@ -15,7 +14,6 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>

@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <mutex>
