@@ -43,7 +43,8 @@ void bind_distributed(py::module_& m) {
   py::class_<DataParallel>(m, "_DataParallel")
       .def(py::init([](const std::vector<std::string>& names, const std::vector<uintptr_t>& parameters,
                        const std::vector<uintptr_t>& buffers, std::shared_ptr<ProcessGroup> group,
-                       int64_t bucket_bytes, int64_t first_bucket_bytes, bool gradient_as_bucket_view) {
+                       int64_t bucket_bytes, int64_t first_bucket_bytes, bool gradient_as_bucket_view,
+                       bool broadcast_buffers, bool find_unused_parameters) {
              distributed::ModelTensors model;
              for (size_t i = 0; i < parameters.size(); ++i) model.parameters.emplace_back(names.at(i), tensor_at(parameters[i]));
              for (const uintptr_t buffer : buffers) model.buffers.push_back(tensor_at(buffer));
@@ -51,11 +52,14 @@ void bind_distributed(py::module_& m) {
              options.bucket_bytes = bucket_bytes;
              options.first_bucket_bytes = first_bucket_bytes;
              options.gradient_as_bucket_view = gradient_as_bucket_view;
+             options.broadcast_buffers = broadcast_buffers;
+             options.find_unused_parameters = find_unused_parameters;
              const py::gil_scoped_release no_gil;  // collectives wait for the other ranks
              return std::make_unique<DataParallel>(model, std::move(group), options);
            }),
            py::arg("names"), py::arg("parameters"), py::arg("buffers"), py::arg("group"), py::arg("bucket_bytes"),
-           py::arg("first_bucket_bytes"), py::arg("gradient_as_bucket_view"))
+           py::arg("first_bucket_bytes"), py::arg("gradient_as_bucket_view"), py::arg("broadcast_buffers"),
+           py::arg("find_unused_parameters"))
       // The GIL is released: the autograd engine takes it for Python nodes of the graph itself.
       .def(
           "backward", [](DataParallel& self, uintptr_t loss) { self.backward(tensor_at(loss)); }, py::arg("loss"),

@@ -9,7 +9,7 @@ When to use what:
 
 - CPU, CUDA (NCCL), ROCm: ``torch.nn.parallel.DistributedDataParallel``, and FSDP2
   (``torch.distributed.fsdp.fully_shard``) to shard parameters. They have more features
-  (``static_graph``, mixed-precision reductions, ``find_unused_parameters`` everywhere) and this
+  (``static_graph``, mixed-precision reductions, ``find_unused_parameters`` on every device) and this
   module adds nothing to them but its error naming a lost rank.
 - An SDK device: ``torchbridge.distributed.DataParallel``. Same arithmetic as DDP (buckets of
   ``bucket_cap_mb``, in reverse registration order, overlapped with backward; the mean of the
@@ -41,6 +41,10 @@ __all__ = ["DataParallel", "ProcessGroup", "init"]
 
 ProcessGroup = _C._ProcessGroup
 
+# The timeout travels as int64 milliseconds and c10d turns some into int64 nanoseconds: longer
+# than this (about 292 years) would overflow.
+_LONGEST_TIMEOUT_S = (2**63 - 1) / 1e9
+
 
 def init(timeout: float = 60.0, device: str = "cpu") -> ProcessGroup:
     """Joins the process group torchrun's environment describes (``RANK``, ``WORLD_SIZE``,
@@ -48,8 +52,9 @@ def init(timeout: float = 60.0, device: str = "cpu") -> ProcessGroup:
     the rendezvous and every collective; a lost rank makes the others raise naming it.
     ``device`` picks the collective backend: Gloo for the CPU and SDK devices; NCCL for cuda (with
     Gloo beside it for CPU tensors), where torch's own DDP is the tool for ``nn.Module``s."""
-    if not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if not 0 < timeout < _LONGEST_TIMEOUT_S:
+        raise ValueError(f"timeout must be a positive, finite number of seconds (below {_LONGEST_TIMEOUT_S:.0f}), "
+                         f"got {timeout!r}")
     return ProcessGroup.init(int(timeout * 1000), str(device))
 
 
@@ -58,12 +63,22 @@ class DataParallel(torch.nn.Module):
     models must have the same parameter shapes: a difference is an error naming the ranks and
     the parameter); ``backward(loss)`` leaves every parameter's gradient averaged over the ranks.
     Calling the wrapper calls ``module``. The parameters must be on one device: the CPU or an SDK
-    device. ``gradient_as_bucket_view``, as in DDP: gradients become views into the all-reduce
-    buckets, which saves copying them back (and in, while they are zeroed in place rather than set
-    to None); a gradient then must not be detached in place or given new storage."""
+    device. As in DDP:
+
+    - ``gradient_as_bucket_view``: gradients become views into the all-reduce buckets, which saves
+      copying them back (and in, while they are zeroed in place rather than set to None); a
+      gradient then must not be detached in place or given new storage.
+    - ``broadcast_buffers``: after each ``backward`` that averages gradients, every rank's buffers
+      (BatchNorm's running statistics) become rank 0's. DDP broadcasts them before each forward;
+      the next forward sees the same values either way, and what a rank saves after a step is the
+      same on every rank.
+    - ``find_unused_parameters``: parameters a step leaves without a gradient are found by walking
+      the graph from the loss (on the CPU; an SDK device refuses it, its reducer would exchange a
+      device tensor through Gloo)."""
 
     def __init__(self, module: torch.nn.Module, group: ProcessGroup, bucket_cap_mb: float = 25.0,
-                 first_bucket_mb: float = 1.0, gradient_as_bucket_view: bool = False):
+                 first_bucket_mb: float = 1.0, gradient_as_bucket_view: bool = False,
+                 broadcast_buffers: bool = True, find_unused_parameters: bool = False):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"DataParallel wraps a torch.nn.Module, got {type(module).__name__}")
@@ -80,7 +95,8 @@ class DataParallel(torch.nn.Module):
         # The C++ side holds its own references to these tensors; the lists keep them alive for the call.
         self._impl = _C._DataParallel([name for name, _ in named], [p._cdata for _, p in named],
                                       [b._cdata for b in buffers], group, int(bucket_cap_mb * 2**20),
-                                      int(first_bucket_mb * 2**20), bool(gradient_as_bucket_view))
+                                      int(first_bucket_mb * 2**20), bool(gradient_as_bucket_view),
+                                      bool(broadcast_buffers), bool(find_unused_parameters))
         self.group = group
 
     def forward(self, *args, **kwargs):

@@ -109,6 +109,7 @@ DataParallel::DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGro
   for (const auto& named : every) state.push_back(named.second);
   for (const auto& b : model.buffers) state.push_back(b);
   broadcast_through_host(*group_, state, 0);
+  if (options.broadcast_buffers) buffers_ = model.buffers;
 
   // Buckets in reverse registration order (the order backward produces gradients in), as
   // DistributedDataParallel assigns them: a small first bucket, then bucket_bytes each.
@@ -151,6 +152,9 @@ void DataParallel::backward(const at::Tensor& loss) {
     reducer_->prepare_for_backward({loss});
     torch::autograd::backward({loss});
   });
+  // After the backward pass, not before: a buffer the graph saved (batch norm's running variance
+  // in eval mode) must not change under it. broadcast_through_host names its own failures.
+  if (!buffers_.empty()) broadcast_through_host(*group_, buffers_, 0);
 }
 
 DataParallel::NoSync::NoSync(DataParallel& parallel) : parallel_(parallel), previous_(parallel.synchronize_) {

@@ -132,8 +132,9 @@ def test_gradients_as_bucket_views_equal_plain_backward_and_share_the_bucket(wit
 
 
 def test_bad_input_is_refused():
-    with pytest.raises(ValueError, match="timeout must be a positive number of seconds, got 0"):
-        tbd.init(timeout=0)
+    for timeout in (0, -1.0, float("inf"), float("nan"), 1e12):
+        with pytest.raises(ValueError, match=f"timeout must be a positive, finite number of seconds .* got {timeout!r}"):
+            tbd.init(timeout=timeout)
     group = tbd.init()
     with pytest.raises(TypeError, match="wraps a torch.nn.Module, got int"):
         tbd.DataParallel(3, group)
@@ -141,3 +142,22 @@ def test_bad_input_is_refused():
         tbd.DataParallel(torch.nn.Linear(2, 2), group, bucket_cap_mb=0)
     with pytest.raises(ValueError, match="needs a loss tensor"):
         tbd.DataParallel(torch.nn.Linear(2, 2), group).backward(torch.zeros(()))
+
+
+
+UNUSED_PARAMETERS_ON_EMU = """
+import torch, torchbridge, torchbridge.distributed as tbd
+torchbridge.devices.load("emu")
+try:
+    tbd.DataParallel(torch.nn.Linear(2, 2).to("emu:0"), tbd.init(), find_unused_parameters=True)
+except ValueError as e:
+    print(e)
+"""
+
+
+def test_find_unused_parameters_is_refused_on_an_sdk_device(without_torchrun):
+    # c10d's reducer would exchange its unused-parameter map as an emu tensor, which Gloo cannot take.
+    run = subprocess.run([sys.executable, "-c", UNUSED_PARAMETERS_ON_EMU], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "find_unused_parameters is not supported on emu:0" in run.stdout, run.stdout

@@ -47,6 +47,12 @@ struct DataParallelOptions {
   // rather than reset). A gradient then shares its bucket's storage: do not detach_() it or
   // replace its storage. Saves one pass over every gradient per step (two, in a world of one).
   bool gradient_as_bucket_view = false;
+  // After each backward that all-reduces, rank 0's buffers (BatchNorm's running statistics) are
+  // broadcast to every rank, so ranks that saw different batches go on with the same ones.
+  // DistributedDataParallel's broadcast_buffers=True does it before each forward; with nothing
+  // changing buffers in between, the next forward sees the same values either way, and the state
+  // a rank saves after a step is the same on every rank.
+  bool broadcast_buffers = true;
 };
 
 // What DataParallel needs of a model, for models that are not torch::nn modules (TorchScript):
@@ -59,7 +65,8 @@ struct ModelTensors {
 class DataParallel {
  public:
   // Checks that every rank has the same parameter shapes (a mismatch is an error naming the
-  // ranks and the parameter), then broadcasts rank 0's parameters and buffers to all. Parameters
+  // ranks and the parameter), then broadcasts rank 0's parameters and buffers to all (the
+  // buffers again after each step, DataParallelOptions::broadcast_buffers). Parameters
   // on the CPU, or on an SDK device, whose gradients are all-reduced through host memory.
   DataParallel(torch::nn::Module& module, std::shared_ptr<ProcessGroup> group, DataParallelOptions options = {});
   DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGroup> group, DataParallelOptions options = {});
@@ -67,8 +74,8 @@ class DataParallel {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  // loss.backward(), leaving every parameter's gradient averaged over all ranks (inside
-  // no_sync(): plain loss.backward()).
+  // loss.backward(), leaving every parameter's gradient averaged over all ranks and, with
+  // broadcast_buffers, every rank's buffers rank 0's (inside no_sync(): plain loss.backward()).
   void backward(const at::Tensor& loss);
 
   class NoSync {
@@ -93,6 +100,7 @@ class DataParallel {
  private:
   std::shared_ptr<ProcessGroup> group_;
   std::vector<at::Tensor> parameters_;
+  std::vector<at::Tensor> buffers_;  // broadcast from rank 0 after each synchronized backward; empty without broadcast_buffers
   std::unique_ptr<c10d::Reducer> reducer_;
   size_t bucket_count_ = 0;
   bool synchronize_ = true;

@@ -1,6 +1,7 @@
 """One rank of test_distributed_python.py's torchrun job: torchbridge.distributed.DataParallel
 against torch's own DistributedDataParallel on the CPU (bit for bit: both drive c10d's reducer
-with the same buckets), on emu against one CPU process on the whole batch, and no_sync. Exits
+with the same buckets), on emu against one CPU process on the whole batch, buffers (BatchNorm's
+running statistics) after each step, find_unused_parameters, and no_sync. Exits
 non-zero naming the first disagreement."""
 
 import sys
@@ -70,6 +71,62 @@ dist.all_gather(everyone, weights)
 if not all(torch.equal(other, model(300)[2].weight.detach()) for other in everyone):
     fail("a frozen parameter was not broadcast from rank 0")
 
+# Buffers: BatchNorm's running statistics, which each rank updates from its own rows. After each
+# step every rank holds rank 0's, which are DDP's rank 0's (DDP broadcasts them before each
+# forward, so its other ranks hold their own last update); the parameters equal DDP's bit for bit.
+def normed_model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.Tanh(),
+                               torch.nn.Linear(16, 4)).double()
+
+
+def buffers_of(module):
+    return torch.cat([b.detach().cpu().double().flatten() for b in module.buffers()])
+
+
+ours = tbd.DataParallel(normed_model(400 + rank), group)
+theirs = torch.nn.parallel.DistributedDataParallel(normed_model(400 + rank))
+train(ours, ours.parameters(), ours.backward, x, y)
+train(theirs, theirs.parameters(), lambda loss: loss.backward(), x, y)
+for a, b in zip(ours.module.parameters(), theirs.module.parameters()):
+    if not torch.equal(a, b):
+        fail(f"DataParallel with BatchNorm differs from DistributedDataParallel by {(a - b).abs().max().item():.3g}")
+theirs_on_rank_0 = buffers_of(theirs.module)
+dist.broadcast(theirs_on_rank_0, src=0)
+if not torch.equal(buffers_of(ours.module), theirs_on_rank_0):
+    fail("BatchNorm's running statistics are not rank 0's after a step")
+for device, broadcast in (("emu:0", True), ("cpu", False)):
+    normed = tbd.DataParallel(normed_model(500).to(device), group, broadcast_buffers=broadcast)
+    train(normed, normed.parameters(), normed.backward, x.to(device), y.to(device), steps=2)
+    mine = buffers_of(normed.module)
+    everyone = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(everyone, mine)
+    alike = sum(torch.equal(other, mine) for other in everyone)
+    if broadcast and alike != world:
+        fail(f"on {device} BatchNorm's running statistics differ across ranks after a step")
+    if not broadcast and alike != 1:
+        fail("broadcast_buffers=False still made the running statistics agree")
+
+# find_unused_parameters: a layer no step uses keeps its weights, the used one trains as DDP's.
+class WithAnUnusedLayer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(600 + rank)
+        self.used, self.unused = torch.nn.Linear(8, 4).double(), torch.nn.Linear(8, 4).double()
+
+    def forward(self, inputs):
+        return self.used(inputs)
+
+
+ours = tbd.DataParallel(WithAnUnusedLayer(), group, find_unused_parameters=True)
+theirs = torch.nn.parallel.DistributedDataParallel(WithAnUnusedLayer(), find_unused_parameters=True)
+untouched = ours.module.unused.weight.detach().clone()
+train(ours, ours.parameters(), ours.backward, x, y)
+train(theirs, theirs.parameters(), lambda loss: loss.backward(), x, y)
+if not (torch.equal(ours.module.used.weight, theirs.module.used.weight)
+        and torch.equal(ours.module.unused.weight, untouched)):
+    fail("DataParallel with find_unused_parameters differs from DistributedDataParallel")
+
 # no_sync keeps gradients local: ranks saw different rows, so their gradients differ.
 on_emu.zero_grad()
 with on_emu.no_sync():
@@ -81,5 +138,5 @@ if sum(torch.equal(other, mine) for other in everyone) != 1:
     fail("no_sync exchanged gradients")
 
 print(f"rank {rank} of {world}: DataParallel = DDP on the CPU (bit for bit); on emu vs one CPU process: "
-      f"max |difference| {worst:.3g}; no_sync keeps gradients local")
+      f"max |difference| {worst:.3g}; buffers are rank 0's after each step; no_sync keeps gradients local")
 dist.destroy_process_group()
