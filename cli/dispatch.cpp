@@ -39,7 +39,12 @@ int dispatch(const std::vector<std::string>& argv) {
   }
   const std::string& command = argv[0];
   const std::vector<std::string> rest(argv.begin() + 1, argv.end());
-  if (command == "--help" || command == "-h" || command == "help") {
+  const bool asks_for_help = command == "--help" || command == "-h" || command == "help";
+  if ((asks_for_help || command == "--version") && !rest.empty()) {
+    throw UsageError("'" + command + "' takes no arguments, got '" + rest.front() +
+                     "' (for a command's help: torchbridge COMMAND --help)");
+  }
+  if (asks_for_help) {
     std::cout << kUsage;
     return 0;
   }

@@ -9,7 +9,6 @@
 #include <torch/csrc/jit/serialization/import.h>
 
 #include <filesystem>
-#include <sstream>
 
 namespace torchbridge::cli {
 
@@ -36,14 +35,19 @@ ModelArgument load_model_argument(const std::string& spec) {
 
 std::vector<std::vector<int64_t>> parse_input_shapes(const std::string& text) {
   std::vector<std::vector<int64_t>> shapes;
-  std::stringstream stream(text);
-  std::string one;
+  if (text.empty()) throw UsageError("--input-shape is empty: expected e.g. 4,16,32 (inputs separated by ';')");
   try {
-    while (std::getline(stream, one, ';')) shapes.push_back(validation::parse_shape(one));
+    // Every field between separators is a shape, the last one too: getline would drop an empty
+    // trailing field, and "4,16;" (a second input forgotten) would pass as one input.
+    size_t begin = 0;
+    for (size_t end = text.find(';'); ; end = text.find(';', begin)) {
+      shapes.push_back(validation::parse_shape(text.substr(begin, end == std::string::npos ? std::string::npos : end - begin)));
+      if (end == std::string::npos) break;
+      begin = end + 1;
+    }
   } catch (const c10::Error& e) {
-    throw UsageError("--input-shape: " + first_line(e.msg()));
+    throw UsageError("--input-shape '" + text + "': " + first_line(e.msg()));
   }
-  if (shapes.empty()) throw UsageError("--input-shape is empty: expected e.g. 4,16,32 (inputs separated by ';')");
   return shapes;
 }
 

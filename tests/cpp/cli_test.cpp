@@ -289,6 +289,13 @@ TEST(Cli, VersionHelpAndErrors) {
   EXPECT_NE(bad_flag.err.find("unknown argument '--color'"), std::string::npos) << bad_flag.err;
   const CommandResult no_args = run_cli("");
   EXPECT_EQ(no_args.exit_code, 1);
+  // Words after --version or --help were ignored; they are a mistake (a command meant before them).
+  for (const char* command : {"--version junk", "--help info"}) {
+    const CommandResult extra = run_cli(command);
+    EXPECT_EQ(extra.exit_code, 1) << command;
+    EXPECT_NE(extra.err.find("takes no arguments, got '"), std::string::npos) << extra.err;
+    EXPECT_EQ(extra.out, "") << command;
+  }
 }
 
 }  // namespace

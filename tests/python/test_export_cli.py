@@ -92,6 +92,11 @@ def test_a_torchscript_file_exports_to_onnx_with_its_input_shape(tmp_path):
     (["--model", "builtin:mlp", "--format", "safetensors"], "export needs --output"),
     (["--model", "builtin:mlp", "--format", "safetensors", "--output", "x", "--input-shape", "2,32"],
      "--input-shape is not used by --format safetensors"),
+    # A trailing ';' is an empty second shape, not one input (the C++ parser dropped it).
+    (["--model", "builtin:mlp", "--format", "torchscript", "--output", "x", "--input-shape", "2,32;"],
+     "--input-shape '2,32;': input shape '' is not a comma-separated list of positive integers"),
+    (["--model", "builtin:mlp", "--format", "onnx", "--output", "x", "--input-shape", "2,32;"],
+     "input shape '' is not a comma-separated list of positive integers"),
 ])
 def test_bad_input_exits_1_with_a_clear_error(args, message):
     run = export(*args)
