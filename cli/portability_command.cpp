@@ -33,8 +33,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -45,6 +48,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -60,7 +64,8 @@ that every copy computes the same outputs, and validate the model on all of them
 CPU in float64. Exit 0 only when training reduced the loss and every check passed.
 
   --steps N     training steps, 20 or more (default 300)
-  --output DIR  where the checkpoint goes (default: a new directory under $TMPDIR or /tmp)
+  --output DIR  where the checkpoint goes, kept (default: a temporary directory under $TMPDIR or /tmp,
+                removed when the run ends)
   --checkpointing  train through activation checkpointing (each step's forward pass is one
                 checkpointed region, recomputed in backward), and validate the same way
   --isolate     check every backend other than the CPU and the training backend in a child
@@ -91,12 +96,20 @@ int parse_steps(const std::string* text) {
   return text ? static_cast<int>(parse_integer(*text, "--steps", 20, 100000)) : 300;
 }
 
-std::string make_output_directory(const std::string* requested) {
-  if (requested) {
-    std::filesystem::create_directories(*requested);
-    return *requested;
+// --output DIR, made and proven writable before the training: a directory that cannot take the
+// checkpoint must not cost the run it would hold (the save was the first write, after training).
+std::string prepare_output_directory(const std::string& requested) {
+  std::error_code error;
+  std::filesystem::create_directories(requested, error);
+  if (error) throw UsageError("--output '" + requested + "': cannot create the directory: " + error.message());
+  std::string probe = requested + "/.torchbridge-write-probe-XXXXXX";
+  const int descriptor = ::mkstemp(probe.data());
+  if (descriptor < 0) {
+    throw UsageError("--output '" + requested + "': cannot write in the directory: " + std::strerror(errno));
   }
-  return create_temporary_directory("torchbridge-portability");
+  ::close(descriptor);
+  ::unlink(probe.c_str());
+  return requested;
 }
 
 // One hardware line: available or why not, and the device names ("2 x name" when alike).
@@ -258,7 +271,10 @@ void print_report(const nlohmann::json& r) {
             << scientific(t["last_loss"]) << " (mean of the first and last 10 steps)\n";
   if (t["last_loss"].get<double>() >= t["first_loss"].get<double>()) std::cout << "  FAILED the loss did not fall\n";
   const auto& c = r["checkpoint"];
-  std::cout << "\n== Portable checkpoint\n  " << c["path"].get<std::string>() << "\n  "
+  std::cout << "\n== Portable checkpoint\n  "
+            << (c["path"].is_null() ? std::string("in a temporary directory, removed at the end (--output DIR keeps it)")
+                                    : c["path"].get<std::string>())
+            << "\n  "
             << format_bytes(c["bytes"].get<int64_t>()) << ", saved in " << fixed(c["save_seconds"].get<double>() * 1000, 1)
             << " ms\n";
   std::cout << "\n== Loaded on every backend (outputs on one batch vs the trained model on "
@@ -329,8 +345,11 @@ int run_portability(const std::vector<std::string>& args) {
     throw UsageError("--reference-outputs and --backends belong to --check-checkpoint");
   }
   const int steps = parse_steps(parsed.option("--steps"));
-  // Before the training: a directory that cannot be made must not cost the run it would hold.
-  const std::string directory = make_output_directory(parsed.option("--output"));
+  // Without --output the checkpoint (and the child processes' reference outputs) live in a
+  // temporary directory removed when the run ends: a run repeated leaves nothing behind in /tmp.
+  std::optional<TemporaryDirectory> scratch;
+  if (!parsed.option("--output")) scratch.emplace("torchbridge-portability");
+  const std::string directory = scratch ? scratch->path() : prepare_output_directory(*parsed.option("--output"));
   const bool checkpointing = parsed.has("--checkpointing");
   const bool json = parsed.has("--json");
   const auto start = Clock::now();
@@ -394,7 +413,9 @@ int run_portability(const std::vector<std::string>& args) {
   auto save_start = Clock::now();
   checkpoint::save_training_state(path, run.model, *run.optimizer,
                                   {run.steps, 0, {{"model", "builtin:transformer"}, {"trained_on", best}}});
-  report["checkpoint"] = {{"path", path}, {"bytes", std::filesystem::file_size(path)}, {"save_seconds", since(save_start)}};
+  // path: null when the checkpoint goes with the temporary directory at the end of the run.
+  report["checkpoint"] = {{"path", scratch ? nlohmann::json(nullptr) : nlohmann::json(path)},
+                          {"bytes", std::filesystem::file_size(path)}, {"save_seconds", since(save_start)}};
 
   const at::Tensor batch = evaluation_batch();
   const at::Tensor trained_outputs = outputs_on_cpu(run.model, train_device, batch);

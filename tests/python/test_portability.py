@@ -83,6 +83,30 @@ def test_a_temporary_directory_that_cannot_be_made_stops_the_run_before_it_train
     assert run.stdout == ""  # nothing trained, nothing reported
 
 
+def test_without_output_the_run_leaves_nothing_behind(tmp_path):
+    # The checkpoint and the child's reference outputs went to a temporary directory that stayed
+    # (0.5 MB a run); the child process (--isolate) must still find them while the run lasts.
+    run = subprocess.run([CONSOLE_SCRIPT, "portability", "--steps", "20", "--isolate", "--json"], capture_output=True,
+                         text=True, timeout=600, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    assert run.returncode == 0, run.stderr + run.stdout
+    report = json.loads(run.stdout)
+    assert report["passed"] and report["checkpoint"]["path"] is None and report["checkpoint"]["bytes"] > 0
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("output, message", [
+    ("a-file/sub", "cannot create the directory: Not a directory"),
+    ("/proc/self", "cannot write in the directory"),
+])
+def test_an_output_that_cannot_take_the_checkpoint_stops_the_run_before_it_trains(tmp_path, output, message):
+    (tmp_path / "a-file").write_text("")
+    run = subprocess.run([CONSOLE_SCRIPT, "portability", "--steps", "20", "--output", output], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 1
+    assert f"--output '{output}': {message}" in run.stderr
+    assert run.stdout == ""  # nothing trained, nothing reported
+
+
 def test_checkpointed_training_is_portable_too(tmp_path):
     # --isolate: the emu child must train and validate through checkpointing as well (the merge
     # refuses a part that did not).
