@@ -2,28 +2,18 @@
 
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/distinct_tensors.h"
+#include "checkpoint/staged_publish.h"
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
-#include <torchbridge/remove_tree.h>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cctype>
 #include <charconv>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <set>
-#include <sstream>
-#include <string_view>
 #include <system_error>
 
 namespace torchbridge::checkpoint {
@@ -65,6 +55,17 @@ bool all_digits(const std::string& text, size_t begin, size_t count) {
   return true;
 }
 
+// A directory without a checkpoint may be one whose save was killed while publishing: the earlier
+// checkpoint then waits, whole, in a directory of its own, which the reader needs to hear of.
+std::string interrupted_publish_advice(const std::string& directory) {
+  const auto previous = interrupted_publishes(directory);
+  if (previous.empty()) return "";
+  std::string advice = "; a save into it was interrupted while replacing its files, and the earlier checkpoint's "
+                       "files are in ";
+  for (size_t i = 0; i < previous.size(); ++i) advice += (i ? ", " : "") + previous[i];
+  return advice + " (move them back into " + directory + " to use it)";
+}
+
 }  // namespace
 
 // Shards of any count (as transformers' save_pretrained, which also clears these before it writes).
@@ -76,73 +77,6 @@ bool is_checkpoint_file(const std::string& file, const std::string& prefix) {
          file[at] == '-' && all_digits(file, at + 1, 5) && file.compare(at + 6, middle.size(), middle) == 0 &&
          all_digits(file, at + 10, 5) && file.compare(at + 15, suffix.size(), suffix) == 0;
 }
-
-namespace {
-
-void fsync_directory(const std::string& directory) {
-  const int dir = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  TORCH_CHECK(dir >= 0, directory, ": cannot open the directory to fsync it: ", std::strerror(errno));
-  const bool synced = ::fsync(dir) == 0;
-  const int sync_error = errno;
-  ::close(dir);
-  TORCH_CHECK(synced, directory, ": fsync of the directory failed: ", std::strerror(sync_error));
-}
-
-// A directory beside the checkpoint's files where its new files are written; removed with
-// whatever it still holds when the write fails.
-class StagingDirectory {
- public:
-  explicit StagingDirectory(const std::string& directory) {
-    std::string pattern = directory + "/.torchbridge-staging-XXXXXX";
-    TORCH_CHECK(::mkdtemp(pattern.data()) != nullptr, directory, ": cannot create a staging directory: ",
-                std::strerror(errno));
-    path_ = pattern;
-  }
-  ~StagingDirectory() {
-    try {
-      remove_tree(path_);
-    } catch (const std::exception&) {  // a destructor must not throw; a hidden directory is left
-    }
-  }
-  StagingDirectory(const StagingDirectory&) = delete;
-  StagingDirectory& operator=(const StagingDirectory&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// Moves the staged files (the index, if any, last) over the directory's checkpoint and removes
-// what is left of an earlier checkpoint of the same name. The old index goes first: until the new
-// one is in place, a reader finds no index rather than one naming shards being replaced.
-void publish(const StagingDirectory& staging, const std::string& directory, const std::vector<std::string>& files,
-             const std::string& prefix) {
-  std::set<std::string> earlier;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
-    const std::string name = entry.path().filename().string();
-    if (is_checkpoint_file(name, prefix)) earlier.insert(name);
-  }
-  TORCH_CHECK(!error, directory, ": cannot list the directory: ", error.message());
-  const std::string index = prefix + kIndexSuffix;
-  if (earlier.count(index) > 0) {
-    TORCH_CHECK(::unlink((directory + "/" + index).c_str()) == 0 || errno == ENOENT, directory, "/", index,
-                ": cannot remove the earlier index: ", std::strerror(errno));
-  }
-  for (const std::string& file : files) {
-    TORCH_CHECK(::rename((staging.path() + "/" + file).c_str(), (directory + "/" + file).c_str()) == 0, directory,
-                "/", file, ": cannot move the written file into place: ", std::strerror(errno));
-    earlier.erase(file);
-  }
-  for (const std::string& stale : earlier) {
-    std::filesystem::remove(directory + "/" + stale, error);
-    TORCH_CHECK(!error, directory, "/", stale, ": cannot remove this file of the earlier checkpoint: ",
-                error.message());
-  }
-  fsync_directory(directory);
-}
-
-}  // namespace
 
 uint64_t parse_size(const std::string& text) {
   size_t digits = 0;
@@ -172,7 +106,8 @@ Checkpoint Checkpoint::open(const std::string& path) {
   if (is_directory(path)) {
     if (exists(path + "/model" + kIndexSuffix)) target = path + "/model" + kIndexSuffix;
     else if (exists(path + "/model.safetensors")) target = path + "/model.safetensors";
-    else TORCH_CHECK_VALUE(false, path, ": directory holds neither model", kIndexSuffix, " nor model.safetensors");
+    else TORCH_CHECK_VALUE(false, path, ": directory holds neither model", kIndexSuffix, " nor model.safetensors",
+                           interrupted_publish_advice(path));
   }
   Checkpoint checkpoint;
   if (target.size() < 5 || target.substr(target.size() - 5) != ".json") {

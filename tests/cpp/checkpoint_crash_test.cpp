@@ -1,5 +1,7 @@
 // A checkpoint being rewritten is killed with SIGKILL at random points; after every kill the file
-// must still open, validate, and hold one complete version (never a mix or a torn write).
+// must still open, validate, and hold one complete version (never a mix or a torn write). A sharded
+// checkpoint is killed at every rename its save makes: no kill may lose the earlier checkpoint.
+#include <torchbridge/checkpoint/checkpoint.h>
 #include <torchbridge/checkpoint/safetensors.h>
 #include <torchbridge/remove_tree.h>
 
@@ -21,6 +23,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace torchbridge::checkpoint {
 namespace {
@@ -80,6 +83,81 @@ TEST(CheckpointCrashSafety, SurvivesFiftyKillsAtRandomPoints) {
     }
     EXPECT_LE(leftovers, 2) << "killed writers left temporary files beside the checkpoint";
   }
+  remove_tree(directory);
+}
+
+// The version every tensor of the checkpoint in `directory` holds; fails the test on a mix.
+float version_of(const std::string& directory) {
+  const Checkpoint checkpoint = Checkpoint::open(directory);
+  const at::Tensor first = checkpoint.load(checkpoint.names().front());
+  for (const auto& name : checkpoint.names()) {
+    EXPECT_TRUE(at::equal(checkpoint.load(name), first)) << "tensor " << name << " is of another version";
+  }
+  return first[0].item<float>();
+}
+
+// Runs checkpoint_writer_loop --sharded DIRECTORY VERSION with the rename shim killing it at its
+// `kill_at`th rename; true when it was killed, false when it finished first.
+bool save_sharded_killed_at_rename(const std::string& directory, int version, int kill_at) {
+  const pid_t child = fork();
+  if (child == 0) {
+    ::setenv("LD_PRELOAD", TORCHBRIDGE_KILL_AT_RENAME_PATH, 1);
+    ::setenv("TORCHBRIDGE_KILL_AT_RENAME", std::to_string(kill_at).c_str(), 1);
+    const std::string version_text = std::to_string(version);
+    execl(TORCHBRIDGE_WRITER_LOOP_PATH, TORCHBRIDGE_WRITER_LOOP_PATH, "--sharded", directory.c_str(),
+          version_text.c_str(), nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  EXPECT_EQ(waitpid(child, &status, 0), child);
+  if (WIFSIGNALED(status)) {
+    EXPECT_EQ(WTERMSIG(status), SIGKILL);
+    return true;
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the writer failed, status " << status;
+  return false;
+}
+
+TEST(CheckpointCrashSafety, AShardedSaveKilledAtAnyRenameLeavesAWholeCheckpoint) {
+  const std::string directory = ::testing::TempDir() + "sharded_crash_" + std::to_string(::getpid());
+  std::vector<std::pair<std::string, at::Tensor>> first_version;
+  for (int i = 0; i < 6; ++i) first_version.emplace_back("t" + std::to_string(i), at::full({256}, 1.0f));
+  int kills = 0, set_aside = 0;
+  for (int kill_at = 1;; ++kill_at) {
+    remove_tree(directory);
+    std::filesystem::create_directories(directory);
+    save_sharded(directory, first_version, /*max_shard_bytes=*/1024);
+    if (!save_sharded_killed_at_rename(directory, 2, kill_at)) {
+      EXPECT_EQ(version_of(directory), 2.0f) << "the save that finished";
+      break;
+    }
+    ++kills;
+    try {
+      const float version = version_of(directory);
+      EXPECT_TRUE(version == 1.0f || version == 2.0f) << "kill at rename " << kill_at;
+      continue;
+    } catch (const c10::Error& e) {
+      // Killed while publishing: the directory has no checkpoint, and says where the earlier one is.
+      const std::string message = e.msg();
+      EXPECT_NE(message.find("a save into it was interrupted"), std::string::npos) << message;
+      ++set_aside;
+    }
+    // Putting the set-aside files back gives the earlier checkpoint whole.
+    int previous_directories = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+      if (entry.path().filename().string().rfind(".torchbridge-previous-", 0) != 0) continue;
+      ++previous_directories;
+      for (const auto& file : std::filesystem::directory_iterator(entry.path())) {
+        std::filesystem::rename(file.path(), directory + "/" + file.path().filename().string());
+      }
+    }
+    EXPECT_EQ(previous_directories, 1) << "kill at rename " << kill_at;
+    EXPECT_EQ(version_of(directory), 1.0f) << "kill at rename " << kill_at << ": the earlier checkpoint, put back";
+  }
+  // Six shards and the index are written (one rename each), the earlier seven set aside, the new
+  // seven moved in: every one of those is a kill point, and those while publishing need the advice.
+  EXPECT_GE(kills, 20);
+  EXPECT_GE(set_aside, 7);
   remove_tree(directory);
 }
 
