@@ -8,17 +8,20 @@
 
 #include <torchbridge/checkpoint/safetensors.h>
 #include <torchbridge/module_state.h>
+#include <torchbridge/validation/validator.h>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/serialization/import.h>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -32,10 +35,12 @@ constexpr const char* kHelp = R"(usage: torchbridge export --model builtin:NAME|
                           [--input-shape SHAPE]
 
 Writes the model and verifies the file by reading it back:
-  torchscript   a TorchScript module (torch::jit::load / torch.jit.load); its outputs on a random
-                input of --input-shape (default for built-in models: their own) must be identical
+  torchscript   a TorchScript module (torch::jit::load / torch.jit.load); its outputs (a tensor,
+                or tuples and lists of them) on a random input of --input-shape (default for
+                built-in models: their own) must be identical, NaN matching NaN
   safetensors   the parameters and buffers as a safetensors state dict; every tensor must read
-                back bit for bit
+                back bit for bit. Tied weights are stored once, the other names in the
+                metadata's torchbridge.tied_weights (JSON: name -> stored name)
   exported      a torch.export program (.pt2, torch.export.save); torch.jit's successor. Its
                 outputs on a random input of --input-shape must be identical
   aoti          an AOTInductor package (.pt2) compiled for the CPU, which C++ runs with
@@ -61,13 +66,24 @@ class EvalMode {
   bool training_;
 };
 
-at::Tensor first_output(torch::jit::Module& module, const std::vector<at::Tensor>& inputs) {
+std::vector<at::Tensor> outputs_of(torch::jit::Module& module, const std::vector<at::Tensor>& inputs) {
   torch::jit::GraphOptimizerEnabledGuard unoptimized(false);  // the same graph for both runs
   at::NoGradGuard no_grad;
   const EvalMode eval_mode(module);
-  const c10::IValue out = module.forward(std::vector<c10::IValue>(inputs.begin(), inputs.end()));
-  TORCH_CHECK_VALUE(out.isTensor(), "the model returned a ", out.tagKind(), "; export verification compares a tensor");
-  return out.toTensor();
+  return validation::output_tensors(module.forward(std::vector<c10::IValue>(inputs.begin(), inputs.end())));
+}
+
+// Equal as torch.testing.assert_close(rtol=0, atol=0, equal_nan=True) has it: the same shapes and
+// dtypes, every element equal or NaN on both sides (at::equal's NaN != NaN made a model whose
+// output holds a NaN impossible to export).
+bool identical_outputs(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].sizes() != b[i].sizes() || a[i].scalar_type() != b[i].scalar_type()) return false;
+    const at::Tensor same = a[i].eq(b[i]).logical_or_(a[i].isnan().logical_and_(b[i].isnan()));
+    if (!same.all().item<bool>()) return false;
+  }
+  return true;
 }
 
 // A path beside `output` that names no existing file (the model itself, or a file of the user's).
@@ -91,24 +107,30 @@ void export_torchscript(torch::jit::Module& module, const std::string& output, c
       });
   module.save(temporary);
   torch::jit::Module reloaded = torch::jit::load(temporary);
-  const at::Tensor expected = first_output(module, inputs);
-  if (!at::equal(first_output(reloaded, inputs), expected)) {
+  const std::vector<at::Tensor> expected = outputs_of(module, inputs);
+  if (!identical_outputs(outputs_of(reloaded, inputs), expected)) {
     throw std::runtime_error("the reloaded TorchScript module's outputs differ from the model's; nothing written");
   }
   std::filesystem::rename(temporary, output);
 }
 
-void export_safetensors(const torch::jit::Module& module, const std::string& output, const std::string& label) {
-  const NamedTensors state = module_state(module);
-  checkpoint::save(output, state, {{"format", "pt"}, {"torchbridge.model", label}});
+// Tied weights are stored once, under their first name, with "torchbridge.tied_weights" mapping
+// each other name to it (JSON), as the Python package's export_to_safetensors writes them.
+// Returns how many names were tied to another.
+size_t export_safetensors(const torch::jit::Module& module, const std::string& output, const std::string& label) {
+  const UntiedState state = store_tied_once(module_state(module));
+  std::map<std::string, std::string> metadata = {{"format", "pt"}, {"torchbridge.model", label}};
+  if (!state.tied.empty()) metadata["torchbridge.tied_weights"] = nlohmann::json(state.tied).dump();
+  checkpoint::save(output, state.stored, metadata);
   const auto file = checkpoint::SafetensorsFile::open(output);
-  for (const auto& [name, tensor] : state) {
+  for (const auto& [name, tensor] : state.stored) {
     const at::Tensor back = file.load(name);
     const at::Tensor original = tensor.detach().cpu().contiguous();
     if (back.sizes() != original.sizes() || std::memcmp(back.data_ptr(), original.data_ptr(), original.nbytes()) != 0) {
       throw std::runtime_error("tensor '" + name + "' did not read back bit for bit from " + output);
     }
   }
+  return state.tied.size();
 }
 
 }  // namespace
@@ -143,8 +165,10 @@ int run_export(const std::vector<std::string>& args) {
     throw UsageError("--output '" + output + "' is the --model file itself; write the export to another path");
   }
   ModelArgument model = load_model_argument(*parsed.option("--model"));
+  std::string tied_note;
   if (format == "safetensors") {
-    export_safetensors(model.module, output, model.label);
+    const size_t tied = export_safetensors(model.module, output, model.label);
+    if (tied > 0) tied_note = "; " + std::to_string(tied) + " tied weights stored once (torchbridge.tied_weights)";
   } else {
     // The written file is verified on a sample input.
     const auto shapes = input_shapes_for(model, parsed.option("--input-shape"), "--format torchscript");
@@ -153,7 +177,8 @@ int run_export(const std::vector<std::string>& args) {
     for (const auto& shape : shapes) inputs.push_back(at::randn(shape, generator, at::TensorOptions()));
     export_torchscript(model.module, output, inputs);
   }
-  std::cout << "wrote " << output << " (" << format << ", " << model.label << "), verified by reading it back\n";
+  std::cout << "wrote " << output << " (" << format << ", " << model.label << "), verified by reading it back"
+            << tied_note << "\n";
   return 0;
 }
 

@@ -16,9 +16,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -76,6 +78,15 @@ std::vector<std::string> default_backends() {
 }
 
 // One line per backend and kind of check: how many passed and the worst values measured.
+// The worse of two metrics by `worse_than`, where NaN (a result or reference that was not a
+// number) is the worst of all: std::max and std::min keep the first argument against NaN, so the
+// table showed "0.00e+00" beside a check whose JSON said null.
+template <typename WorseThan>
+double worst(double so_far, double value, WorseThan worse_than) {
+  if (std::isnan(so_far) || std::isnan(value)) return std::numeric_limits<double>::quiet_NaN();
+  return worse_than(value, so_far) ? value : so_far;
+}
+
 void print_table(const validation::ValidationReport& report, const std::string& label) {
   std::cout << "Validated " << label << " (" << report.model_kind << ") in " << name_of(report.precision)
             << (report.checkpointing ? " with checkpointed training" : "") << " against " << report.reference << "\n\n";
@@ -96,9 +107,9 @@ void print_table(const validation::ValidationReport& report, const std::string& 
     row.passed += c.passed ? 1 : 0;
     if (c.metrics) {
       row.has_metrics = true;
-      row.abs = std::max(row.abs, c.metrics->max_abs_error);
-      row.rel = std::max(row.rel, c.metrics->max_rel_error);
-      row.cosine = std::min(row.cosine, c.metrics->cosine_similarity);
+      row.abs = worst(row.abs, c.metrics->max_abs_error, std::greater<>());
+      row.rel = worst(row.rel, c.metrics->max_rel_error, std::greater<>());
+      row.cosine = worst(row.cosine, c.metrics->cosine_similarity, std::less<>());
     }
   }
   for (const auto& key : order) {

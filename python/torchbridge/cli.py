@@ -142,6 +142,9 @@ def _export(argv: "list[str]") -> int:
         else:
             if not os.path.isfile(spec):
                 raise ValueError(f"--model '{spec}' is neither builtin:NAME (mlp, cnn, transformer) nor an existing file")
+            if os.path.exists(options["--output"]) and os.path.samefile(spec, options["--output"]):
+                raise ValueError(f"--output '{options['--output']}' is the --model file itself; write the export to "
+                                 "another path")
             try:
                 model = torch.jit.load(spec)
             except RuntimeError as error:
@@ -164,12 +167,12 @@ def _export(argv: "list[str]") -> int:
 
 
 def _options(argv: "list[str]", names) -> "dict[str, str] | None":
-    """--name VALUE / --name=VALUE pairs; None when anything else (e.g. --help) is present, so
-    the C++ parser reports it exactly as the binary does."""
+    """--name VALUE / --name=VALUE pairs; None when anything else (e.g. --help, or an option given
+    twice) is present, so the C++ parser reports it exactly as the binary does."""
     options, i = {}, 0
     while i < len(argv):
         name, _, value = argv[i].partition("=")
-        if name not in names:
+        if name not in names or name in options:
             return None
         if not value:
             if i + 1 >= len(argv):

@@ -168,12 +168,13 @@ class _PlacedModel:
             return self._run(xs, weights_for, parameters)
 
     def _run(self, xs, weights_for, parameters):
+        # A forward-only run (the determinism repeat) keeps grad mode as the first run had it: under
+        # no_grad some modules take another kernel (TransformerEncoderLayer's and
+        # MultiheadAttention's fast path in eval mode) whose last bits differ from the first run's.
+        outputs = flatten(self.module(*xs))
         if weights_for is None:
-            with torch.no_grad():
-                outputs = flatten(self.module(*xs))
             grads = []
         else:
-            outputs = flatten(self.module(*xs))
             ws = [from_dlpack(c) for c in weights_for([list(o.shape) for o in outputs])]
             terms = [(o * w.to(o.device, o.dtype)).sum() for o, w in zip(outputs, ws)
                      if o.is_floating_point() and o.requires_grad]

@@ -56,12 +56,15 @@ RunResult run_model(const std::function<std::vector<at::Tensor>(const std::vecto
     if (p.grad().defined()) p.mutable_grad() = at::Tensor();
   }
   RunResult result;
+  // A forward-only run (the determinism repeat) runs exactly as the first did, grad mode and
+  // checkpointing included, only without the backward: under no_grad some modules take another
+  // kernel (TransformerEncoderLayer's and MultiheadAttention's fast path in eval mode), whose
+  // last bits differ, and a bitwise comparison with the first run called that nondeterminism.
+  const auto outputs = checkpointed ? memory::checkpoint(forward, placed_inputs) : forward(placed_inputs);
   if (!weights) {
-    at::NoGradGuard no_grad;
-    result.outputs = detached_cpu(forward(placed_inputs));
+    result.outputs = detached_cpu(outputs);
     return result;
   }
-  const auto outputs = checkpointed ? memory::checkpoint(forward, placed_inputs) : forward(placed_inputs);
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& output : outputs) shapes.push_back(output.sizes().vec());
   const at::Tensor loss = weighted_loss(outputs, weights(shapes));
@@ -103,17 +106,10 @@ class TemporaryFile {
 }  // namespace
 
 std::map<std::string, at::Tensor> checkpoint_round_trip(const NamedTensors& state, c10::Device device) {
-  using View = std::tuple<const void*, int64_t, std::vector<int64_t>, std::vector<int64_t>, c10::ScalarType>;
-  std::map<View, std::string> stored_as;
-  std::map<std::string, std::string> alias_of;
+  // Tied weights are stored once, as a checkpoint holds them (the writer refuses shared storage).
+  UntiedState untied = store_tied_once(state);
   NamedTensors unique;
-  for (const auto& [name, tensor] : state) {
-    const View view{tensor.storage().data(), tensor.storage_offset(), tensor.sizes().vec(), tensor.strides().vec(),
-                    tensor.scalar_type()};
-    const auto [it, inserted] = stored_as.emplace(view, name);
-    if (inserted) unique.emplace_back(name, tensor.detach());
-    alias_of[name] = it->second;
-  }
+  for (const auto& [name, tensor] : untied.stored) unique.emplace_back(name, tensor.detach());
   TemporaryFile file;
   checkpoint::save(file.path(), unique);
   const auto reader = checkpoint::SafetensorsFile::open(file.path());
@@ -130,9 +126,8 @@ std::map<std::string, at::Tensor> checkpoint_round_trip(const NamedTensors& stat
     if (value.is_cpu() && reinterpret_cast<uintptr_t>(value.data_ptr()) % c10::gAlignment != 0) value = value.clone();
     loaded[name] = value;
   }
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [name, stored] : alias_of) out[name] = loaded.at(stored);
-  return out;
+  for (const auto& [alias, stored] : untied.tied) loaded[alias] = loaded.at(stored);
+  return loaded;
 }
 
 void assign(const NamedTensors& state, const std::map<std::string, at::Tensor>& values) {

@@ -12,13 +12,12 @@
 #include <vector>
 
 namespace torchbridge::validation {
-namespace {
 
-std::vector<at::Tensor> tensors_of(const c10::IValue& value) {
+std::vector<at::Tensor> output_tensors(const c10::IValue& value) {
   if (value.isTensor()) return {value.toTensor()};
   std::vector<at::Tensor> out;
   const auto append = [&](const c10::IValue& element) {
-    const auto inner = tensors_of(element);
+    const auto inner = output_tensors(element);
     out.insert(out.end(), inner.begin(), inner.end());
   };
   if (value.isTuple()) {
@@ -27,10 +26,12 @@ std::vector<at::Tensor> tensors_of(const c10::IValue& value) {
     for (const auto& element : value.toListRef()) append(element);
   } else {
     TORCH_CHECK_VALUE(false, "the TorchScript module returned a ", value.tagKind(),
-                      "; the validator compares tensors, tuples and lists of tensors");
+                      "; expected a tensor, or tuples and lists of tensors");
   }
   return out;
 }
+
+namespace {
 
 // A deep copy whose parameters are leaves: deepcopy clones tensors with autograd recording, so a
 // parameter that requires gradients would come back as a non-leaf whose .grad never fills in.
@@ -55,7 +56,7 @@ class PlacedTorchScript final : public PlacedModel {
       // in a specialised graph, so run 1 and run 2 would execute different code (and each copy
       // pays the profiling again). The validator checks the model as written.
       torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
-      return tensors_of(module_.forward(std::vector<c10::IValue>(placed.begin(), placed.end())));
+      return output_tensors(module_.forward(std::vector<c10::IValue>(placed.begin(), placed.end())));
     };
     return run_model(forward, module_state(module_), place_inputs(inputs, device_, dtype_), weights, checkpointed_);
   }

@@ -81,7 +81,7 @@ CheckKind parse_check_kind(const std::string& name) {
 Precision validation_precision(const std::string& name) {
   const Precision precision = parse_precision(name);
   TORCH_CHECK_VALUE(!spec_of(precision).tf32_matmuls, "precision '", name,
-                    "' cannot be validated on its own: fp32 on CUDA runs matmuls in TF32 and is held to the tf32 "
+                    "' cannot be validated on its own: fp32 on a CUDA GPU with TF32 switched on is held to the tf32 "
                     "bound; choose fp64, fp32, bf16, fp16 or fp8");
   return precision;
 }
@@ -106,7 +106,7 @@ std::vector<int64_t> parse_shape(const std::string& text) {
 Validator::Validator(ValidatorOptions options) : options_(std::move(options)) {
   TORCH_CHECK_VALUE(!options_.backends.empty(), "no backends to validate on");
   TORCH_CHECK_VALUE(!spec_of(options_.precision).tf32_matmuls, "the validator does not run tf32 on its own: fp32 "
-                    "on CUDA runs matmuls in TF32 and is held to the tf32 bound");
+                    "on a CUDA GPU with TF32 switched on is held to the tf32 bound");
   check_backends_can_share_a_process(options_.backends, "validate");
   for (const auto& name : options_.backends) backends_.push_back(create_backend(name));
 }

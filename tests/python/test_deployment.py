@@ -148,6 +148,14 @@ def test_onnx_matches_onnxruntime(tmp_path, kind):
     assert_onnx_matches_eager_at_batch(result.path, model, kind, 5)
 
 
+def test_onnx_opset_the_exporter_could_not_honour_is_an_error(tmp_path):
+    # torch's exporter for nn.Modules writes opset 18 and later; asked for 11 it kept 18 silently.
+    model, x = make("mlp")
+    with pytest.raises(ExportVerificationError, match="opset_version=11 was asked for, but torch's exporter wrote opset 18"):
+        export_to_onnx(model, output_path=tmp_path / "old.onnx", sample_input=x, opset_version=11)
+    assert not (tmp_path / "old.onnx").exists()
+
+
 def test_onnx_of_a_script_module(tmp_path):
     model, x = make("mlp")
     scripted = torch.jit.script(model)

@@ -2,6 +2,7 @@
 ONNX, each checked here against an independent reader (torch.jit.load, the safetensors package,
 onnxruntime)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -60,6 +61,64 @@ def test_safetensors_export_reads_back_in_the_safetensors_package(tmp_path):
     expected = dict(builtin_model("transformer").named_parameters())
     assert set(tensors) == set(expected)
     assert all(torch.equal(tensors[name], value.detach()) for name, value in expected.items())
+
+
+class TiedHead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 4)
+        self.out = torch.nn.Linear(4, 10, bias=False)
+        self.out.weight = self.embed.weight
+
+    def forward(self, x):
+        return self.out(x)
+
+
+def test_safetensors_export_stores_tied_weights_once_as_the_python_exporter_does(tmp_path):
+    # The C++ writer refused them ("share storage"), though validation and the Python export take them.
+    scripted = tmp_path / "tied.pt"
+    torch.jit.script(TiedHead()).save(str(scripted))
+    path = tmp_path / "tied.safetensors"
+    run = export("--model", str(scripted), "--format", "safetensors", "--output", str(path))
+    assert run.returncode == 0, run.stderr
+    assert "1 tied weights stored once" in run.stdout
+    from safetensors import safe_open
+    with safe_open(str(path), "pt") as file:
+        assert list(file.keys()) == ["embed.weight"]
+        assert json.loads(file.metadata()["torchbridge.tied_weights"]) == {"out.weight": "embed.weight"}
+    assert torch.equal(load_file(str(path))["embed.weight"], torch.jit.load(str(scripted)).embed.weight.detach())
+
+
+class TwoOutputs(torch.nn.Module):
+    def forward(self, x):
+        y = torch.nn.functional.relu(x)
+        return y, [torch.log(-y - 1), x.argmax(-1)]  # a tuple holding a list; the log is all NaN
+
+
+def test_torchscript_export_takes_tuples_lists_and_nan_outputs(tmp_path):
+    # The verification compared one tensor (a tuple was refused) with at::equal, where NaN != NaN.
+    scripted = tmp_path / "two.pt"
+    torch.jit.script(TwoOutputs()).save(str(scripted))
+    path = tmp_path / "out.pt"
+    run = export("--model", str(scripted), "--format", "torchscript", "--output", str(path), "--input-shape", "3,5")
+    assert run.returncode == 0, run.stderr
+    y, (nan, argmax) = torch.jit.load(str(path))(torch.randn(3, 5))
+    assert nan.isnan().all() and argmax.dtype == torch.int64
+
+
+def test_the_python_front_end_refuses_what_the_binary_refuses(tmp_path):
+    scripted = tmp_path / "mlp.pt"
+    torch.jit.script(torch.nn.Linear(4, 3)).save(str(scripted))
+    before = scripted.read_bytes()
+    # --output the model itself: the exported program replaced the TorchScript file.
+    run = export("--model", str(scripted), "--format", "exported", "--output", str(scripted), "--input-shape", "2,4")
+    assert run.returncode == 1 and "is the --model file itself" in run.stderr, run.stderr
+    assert scripted.read_bytes() == before
+    # An option given twice: the last one won silently.
+    run = export("--model", str(scripted), "--format", "onnx", "--format", "exported", "--output",
+                 str(tmp_path / "m.pt2"), "--input-shape", "2,4")
+    assert run.returncode == 1 and "'--format' is given twice" in run.stderr, run.stderr
+    assert not (tmp_path / "m.pt2").exists()
 
 
 def test_onnx_export_runs_in_onnxruntime_like_torch(tmp_path):

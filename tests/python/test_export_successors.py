@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from torchbridge import _C, deployment
-from torchbridge.deployment import _cxx_runtime
+from torchbridge.deployment import ExportVerificationError, _common, _cxx_runtime
 from torchbridge.validation import builtin_model
 
 from test_compiled_model import INTEROP
@@ -74,6 +74,31 @@ def test_exported_program_reloads_with_identical_outputs(tmp_path):
     for got, want in zip(program.module()(x), model(x)):
         assert torch.equal(got, want)
     assert [p.name for p in tmp_path.iterdir()] == ["m.pt2"]  # no partial file left
+
+
+def test_a_module_with_a_no_grad_fast_path_exports_exactly(tmp_path):
+    # TransformerEncoderLayer takes its fast path under no_grad in eval mode; the expected output
+    # was computed so while torch.export captured the other path (5.96e-7 apart at tolerance 0).
+    torch.manual_seed(0)
+    model = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
+    result = deployment.export_to_exported_program(model, tmp_path / "e.pt2", torch.randn(4, 10, 32))
+    assert result.max_abs_error == 0.0
+
+
+class NonFinite(torch.nn.Module):
+    def forward(self, x):
+        return torch.log(x), torch.sqrt(x)  # -inf at 0, NaN below it
+
+
+def test_nan_and_infinite_outputs_match_themselves(tmp_path):
+    # NaN compared as zero difference but failed its NaN allowance; inf - inf is NaN.
+    x = torch.tensor([[0.0, -1.0, 4.0]])
+    assert deployment.export_to_exported_program(NonFinite(), tmp_path / "n.pt2", x).max_abs_error == 0.0
+    assert deployment.export_to_torchscript(NonFinite(), tmp_path / "n.pt", x).max_abs_error == 0.0
+    with pytest.raises(ExportVerificationError, match="differs from the model"):
+        _common.compare([torch.tensor([float("inf")])], [torch.tensor([1e30])], 1e-4, 1e-5, "a file")
+    with pytest.raises(ExportVerificationError, match="differs from the model"):
+        _common.compare([torch.tensor([float("nan")])], [torch.tensor([0.0])], 1e-4, 1e-5, "a file")
 
 
 def test_a_script_module_is_converted(tmp_path):

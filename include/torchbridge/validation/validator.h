@@ -27,6 +27,9 @@
 #include <utility>
 #include <vector>
 
+namespace c10 {
+struct IValue;
+}
 namespace torch::jit {
 struct Module;
 }
@@ -86,6 +89,9 @@ class ModelSource {
 
 // A TorchScript module (scripted, traced, or torch::jit::load-ed); it is deep-copied per device.
 std::unique_ptr<ModelSource> model_from(const torch::jit::Module& module);
+// The tensors a TorchScript module's forward returned, in order: a tensor, or tuples and lists
+// of them, nested. Anything else raises, naming what it is.
+std::vector<at::Tensor> output_tensors(const c10::IValue& value);
 // A torch::nn module whose forward takes one to three tensors and returns a tensor, held in an
 // AnyModule (so not nn::Sequential itself, whose forward is a template: wrap it in a module).
 // It must derive from torch::nn::Cloneable<T>: copies for each device come from clone().

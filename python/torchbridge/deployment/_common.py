@@ -57,14 +57,17 @@ def describe(inputs: "tuple[torch.Tensor, ...]") -> str:
 
 
 def run_model(model: torch.nn.Module, inputs: "tuple[torch.Tensor, ...]") -> "list[torch.Tensor]":
-    """The model's outputs on ``inputs``, flattened; a failure means the input does not fit."""
-    with torch.no_grad():
-        try:
-            output = model(*inputs)
-        except Exception as error:  # any failure of the model's own forward on this input
-            raise ValueError(f"sample_input ({describe(inputs)}) does not fit the model "
-                             f"{type(model).__name__}: {error}") from error
-    return flatten(output)
+    """The model's outputs on ``inputs``, flattened and detached; a failure means the input does
+    not fit. It runs in the caller's grad mode, which must be the one the exporter traces in: under
+    no_grad some modules take another kernel (TransformerEncoderLayer's fast path in eval mode),
+    whose last bits differ (torch.export captures in the caller's mode; the TorchScript exporter
+    traces and runs under no_grad)."""
+    try:
+        output = model(*inputs)
+    except Exception as error:  # any failure of the model's own forward on this input
+        raise ValueError(f"sample_input ({describe(inputs)}) does not fit the model "
+                         f"{type(model).__name__}: {error}") from error
+    return [tensor.detach() for tensor in flatten(output)]
 
 
 def compare(expected: "list[torch.Tensor]", got: "list[torch.Tensor]", rtol: float, atol: float,
@@ -82,12 +85,14 @@ def compare(expected: "list[torch.Tensor]", got: "list[torch.Tensor]", rtol: flo
                 f"output {i}: {source} gives {tuple(have.shape)} {have.dtype}, the model {tuple(want.shape)} {want.dtype}")
         if want.numel() == 0:
             continue
-        difference = (have.double() - want.double()).abs()
-        both_nan = torch.isnan(have.double()) & torch.isnan(want.double())
-        difference = torch.where(both_nan, torch.zeros_like(difference), difference)
+        have, want = have.double(), want.double()
+        # Equal values match whatever the tolerance, infinities and NaNs included (as assert_close
+        # with equal_nan): inf - inf is NaN, and atol + rtol * inf would let any value match inf.
+        same = (have == want) | (torch.isnan(have) & torch.isnan(want))
+        difference = torch.where(same, torch.zeros_like(have), (have - want).abs())
         error = difference.max().item()
-        allowed = atol + rtol * want.double().abs()
-        if not bool((difference <= allowed).all()):  # NaN on one side only fails here too
+        allowed = atol + rtol * want.abs()
+        if not bool((same | (torch.isfinite(want) & (difference <= allowed))).all()):
             raise ExportVerificationError(
                 f"output {i}: {source} differs from the model by up to {error:.3g} "
                 f"(allowed: atol {atol:g} + rtol {rtol:g} * |expected|)")

@@ -68,9 +68,24 @@ def export_to_onnx(model, output_path=None, sample_input=None, opset_version: "i
                 raise RuntimeError(f"torch.onnx.export could not export {type(model).__name__}{hint}: "
                                    f"{error}") from error
             onnx.checker.check_model(partial)
+            _check_opset(onnx, partial, opset_version)
             error, sizes = _verify(ort, partial, inputs, checks, expected, batched, dynamic_batch, rtol, atol)
     return ExportResult(path=path, format="onnx", max_abs_error=error, tolerance=(rtol, atol),
                         dynamic_batch=dynamic_batch, verified_batch_sizes=tuple(sizes))
+
+
+def _check_opset(onnx, path, opset_version) -> None:
+    """torch's exporter for nn.Modules writes opset 18 or later: asked for an older one, it tries
+    to convert the graph and, when that fails, keeps the newer opset without an error. A file
+    whose opset is not the one asked for would not load where that opset was the reason."""
+    if opset_version is None:
+        return
+    written = {entry.domain: entry.version
+               for entry in onnx.load(path, load_external_data=False).opset_import}.get("", None)
+    if written != opset_version:
+        raise ExportVerificationError(
+            f"opset_version={opset_version} was asked for, but torch's exporter wrote opset {written} (it could not "
+            "convert the graph down); ask for the opset it writes, or leave opset_version at None")
 
 
 def _verify(ort, path, inputs, checks, expected, batched, dynamic_batch, rtol, atol) -> "tuple[float, list[int]]":

@@ -21,7 +21,8 @@ def export_to_torchscript(model, output_path=None, sample_input=None, method: st
     if method not in _METHODS:
         raise ValueError(f"method {method!r}: expected 'trace' or 'script'")
     with _common.eval_mode(model):
-        expected = _common.run_model(model, inputs)
+        with torch.no_grad():  # as the module is traced and run below
+            expected = _common.run_model(model, inputs)
         compiled = model if _common.is_scripted(model) else _compile(model, inputs, method)
         with _common.replacing(path) as partial:
             torch.jit.save(compiled, partial)
