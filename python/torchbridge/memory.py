@@ -21,6 +21,7 @@ Differences from torch:
 
 import functools
 import math
+import operator
 import warnings
 
 import torch
@@ -121,14 +122,19 @@ def checkpoint_sequential(functions, segments, input, use_reentrant=None, **kwar
     """torch.utils.checkpoint.checkpoint_sequential: ``segments`` checkpointed segments of
     ``len(functions) // segments`` modules, the last segment (with any remainder) run plainly."""
     preserve_rng_state = kwargs.pop("preserve_rng_state", True)
-    if kwargs:
-        raise TypeError(f"checkpoint_sequential: unexpected keyword arguments {sorted(kwargs)}")
+    if kwargs:  # torch's error, word for word
+        raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
     if isinstance(functions, torch.nn.Sequential):
         functions = list(functions.children())
     functions = list(functions)
-    if not isinstance(segments, int) or isinstance(segments, bool) or not 1 <= segments <= len(functions):
+    try:  # any integer, as torch takes it (numpy's too), but not a bool
+        count = operator.index(segments) if not isinstance(segments, bool) else None
+    except TypeError:
+        count = None
+    if count is None or not 1 <= count <= len(functions):
         raise ValueError(f"checkpoint_sequential: segments must be an int between 1 and the number of "
                          f"functions ({len(functions)}), got {segments!r}")
+    segments = count
 
     def run(begin, end):
         def forward(x):
@@ -172,6 +178,16 @@ class _OffloadedAdamFamily:
         if weight_decay is None:
             weight_decay = self._DEFAULT_WEIGHT_DECAY
         beta1, beta2 = betas
+        # torch.optim.Adam's checks and words (ValueError; the C++ optimizer's were RuntimeErrors).
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        for index, beta in enumerate((beta1, beta2)):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"Invalid beta parameter at index {index}: {beta}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         self._lr = float(lr)
         self._betas, self._eps = (float(beta1), float(beta2)), float(eps)
         self._weight_decay, self._amsgrad = float(weight_decay), bool(amsgrad)
@@ -247,8 +263,14 @@ class _OffloadedAdamFamily:
                 continue
             if set_to_none:
                 p.grad = None
+                continue
+            # As torch.optim does: detach_() only a gradient with a graph; one that is a view (of
+            # DataParallel's buckets, with gradient_as_bucket_view) cannot be detached in place.
+            if p.grad.grad_fn is not None:
+                p.grad.detach_()
             else:
-                p.grad.detach_().zero_()
+                p.grad.requires_grad_(False)
+            p.grad.zero_()
 
 
 class _ParamGroup(dict):
@@ -264,6 +286,17 @@ class _ParamGroup(dict):
                             "can (build a new optimizer for other settings)")
         self._owner.lr = value
         super().__setitem__(key, self._owner.lr)
+
+    # dict's own update and setdefault do not call __setitem__: "lr" would change nothing and
+    # other keys would not be refused.
+    def update(self, *args, **kwargs):
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
 
 
 def _finite(value, what: str, refuse) -> float:

@@ -1,5 +1,7 @@
 #include <torchbridge/distributed/tensor_parallel.h>
 
+#include "distributed/host_staging.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
@@ -90,6 +92,15 @@ void check_device(const at::Tensor& weight, const char* layer) {
                     "parallel over NCCL is not built); the layer is on ", weight.device());
 }
 
+// Rank 0's values of `tensor` (a copy: the caller's layer is not changed). Each rank slices its
+// share of the full layer it was given, which makes one layer only when every rank was given the
+// same one.
+at::Tensor rank_zero_copy(const at::Tensor& tensor, ProcessGroup& group) {
+  const std::vector<at::Tensor> copy{tensor.detach().clone()};
+  broadcast_through_host(group, copy, 0);
+  return copy.front();
+}
+
 // This rank's rows [rank * rows, (rank + 1) * rows) of each of `blocks` equal blocks of `full`'s
 // first dimension (q, k and v are three blocks of in_proj_weight), concatenated.
 at::Tensor rows_of(const at::Tensor& full, int64_t blocks, int64_t rows, int rank) {
@@ -118,9 +129,9 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(const torch::nn::Linear& full
     : group_(checked(std::move(group), "ColumnParallelLinear")), gather_output_(gather_output) {
   check_device(full->weight, "ColumnParallelLinear");
   const int64_t rows = share_of(full->weight.size(0), *group_, "ColumnParallelLinear", "out_features");
-  weight = register_parameter("weight", rows_of(full->weight, 1, rows, group_->rank()));
+  weight = register_parameter("weight", rows_of(rank_zero_copy(full->weight, *group_), 1, rows, group_->rank()));
   if (full->bias.defined()) {
-    bias = register_parameter("bias", full->bias.detach().narrow(0, group_->rank() * rows, rows).clone());
+    bias = register_parameter("bias", rank_zero_copy(full->bias, *group_).narrow(0, group_->rank() * rows, rows).clone());
   }
 }
 
@@ -133,8 +144,11 @@ RowParallelLinearImpl::RowParallelLinearImpl(const torch::nn::Linear& full, std:
     : group_(checked(std::move(group), "RowParallelLinear")) {
   check_device(full->weight, "RowParallelLinear");
   const int64_t columns = share_of(full->weight.size(1), *group_, "RowParallelLinear", "in_features");
-  weight = register_parameter("weight", full->weight.detach().narrow(1, group_->rank() * columns, columns).clone());
-  if (full->bias.defined()) bias = register_parameter("bias", full->bias.detach().clone());
+  weight = register_parameter(
+      "weight", rank_zero_copy(full->weight, *group_).narrow(1, group_->rank() * columns, columns).clone());
+  // Every rank adds the whole bias after the all-reduce: ranks with different biases would give
+  // different outputs.
+  if (full->bias.defined()) bias = register_parameter("bias", rank_zero_copy(full->bias, *group_));
 }
 
 at::Tensor RowParallelLinearImpl::forward(const at::Tensor& input) {
@@ -160,15 +174,19 @@ ParallelSelfAttentionImpl::ParallelSelfAttentionImpl(const torch::nn::MultiheadA
                     "ParallelSelfAttention takes a MultiheadAttention whose q, k and v have the embedding's size");
   TORCH_CHECK_VALUE(!full->bias_k.defined() && !full->bias_v.defined(),
                     "ParallelSelfAttention does not take add_bias_kv");
+  TORCH_CHECK_VALUE(!full->options.add_zero_attn(), "ParallelSelfAttention does not take add_zero_attn (its forward ",
+                    "attends without the zero key and value MultiheadAttention would add)");
   TORCH_CHECK_VALUE(full->options.dropout() == 0.0, "ParallelSelfAttention does not take attention dropout (got ",
                     full->options.dropout(), ")");
   check_device(full->in_proj_weight, "ParallelSelfAttention");
   local_heads = share_of(full->options.num_heads(), *group_, "ParallelSelfAttention", "num_heads");
   head_dim = full->head_dim;
   const int64_t rows = local_heads * head_dim;
-  qkv_weight = register_parameter("qkv_weight", rows_of(full->in_proj_weight, 3, rows, group_->rank()));
+  qkv_weight = register_parameter("qkv_weight",
+                                  rows_of(rank_zero_copy(full->in_proj_weight, *group_), 3, rows, group_->rank()));
   if (full->in_proj_bias.defined()) {
-    qkv_bias = register_parameter("qkv_bias", rows_of(full->in_proj_bias, 3, rows, group_->rank()));
+    qkv_bias = register_parameter("qkv_bias",
+                                  rows_of(rank_zero_copy(full->in_proj_bias, *group_), 3, rows, group_->rank()));
   }
   out = register_module("out", RowParallelLinear(full->out_proj, group_));
 }

@@ -193,9 +193,17 @@ void OffloadedOptimizer::zero_grad(bool set_to_none) {
     if (!p.grad().defined()) continue;
     if (set_to_none) {
       p.mutable_grad() = at::Tensor();
-    } else {
-      p.mutable_grad().detach_().zero_();
+      continue;
     }
+    // As Python's torch.optim does: detach_() only a gradient with a graph. A view (of
+    // DataParallel's buckets, with gradient_as_bucket_view) cannot be detached in place.
+    at::Tensor& grad = p.mutable_grad();
+    if (grad.grad_fn()) {
+      grad.detach_();
+    } else {
+      grad.requires_grad_(false);
+    }
+    grad.zero_();
   }
 }
 

@@ -198,6 +198,36 @@ double worst(double a, const at::Tensor& x, const at::Tensor& y) {
 // and split across all of them, on `device` (emu: collectives through host memory). The output,
 // the input's gradient and each rank's slice of every weight gradient must equal the unsplit
 // layer's. Returns the largest difference.
+// Ranks handed different full layers (seeded by rank) each slice rank 0's: the split MLP equals
+// rank 0's unsplit one on every rank. Each sliced its own before, and with the whole bias added
+// after the all-reduce, ranks computed different outputs. A MultiheadAttention option the split
+// cannot reproduce is refused.
+double tensor_parallel_takes_rank_zeros_layers(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group) {
+  namespace dist = torchbridge::distributed;
+  const auto layers = [](uint64_t seed) {
+    torch::manual_seed(seed);
+    torch::nn::Linear up(8, 32), down(32, 8);
+    up->to(at::kDouble);
+    down->to(at::kDouble);
+    return std::make_pair(up, down);
+  };
+  auto [up, down] = layers(900 + group->rank());
+  auto [up_0, down_0] = layers(900);
+  dist::ParallelMLP mlp(up, down, group);
+  torch::manual_seed(1);
+  const at::Tensor x = at::randn({5, 8}, at::kDouble);
+  const double difference = (mlp->forward(x) - down_0->forward(at::gelu(up_0->forward(x)))).abs().max().item<double>();
+  bool refused = false;
+  try {
+    dist::ParallelSelfAttention(torch::nn::MultiheadAttention(torch::nn::MultiheadAttentionOptions(16, 4).add_zero_attn(true)),
+                                group);
+  } catch (const c10::Error& e) {
+    refused = e.msg().find("does not take add_zero_attn") != std::string::npos;
+  }
+  expect(refused, "the refusal of add_zero_attn");
+  return difference;
+}
+
 double tensor_parallel_against_unsplit(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group,
                                        c10::Device device) {
   namespace dist = torchbridge::distributed;
@@ -463,6 +493,10 @@ int main(int argc, char** argv) {
                 "process, max |difference| %.3g; the unused one unchanged\n", rank, world, unused);
     expect(unused <= 1e-12, "DataParallel with an unused layer against one-process training");
     zero_one_against_plain_data_parallel(group);
+    const double rank_zeros = tensor_parallel_takes_rank_zeros_layers(group);
+    std::printf("rank %d of %d: tensor-parallel MLP from layers seeded by rank vs rank 0's unsplit MLP: max "
+                "|difference| %.3g\n", rank, world, rank_zeros);
+    expect(rank_zeros <= 1e-12, "tensor parallel from different layers against rank 0's");
     const c10::Device emu = torchbridge::create_backend("emu")->device(0);
     for (const c10::Device device : {c10::Device(c10::kCPU), emu}) {
       const double tensor_parallel = tensor_parallel_against_unsplit(group, device);

@@ -16,6 +16,7 @@
 
 #include "expect_error.h"
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -105,6 +106,26 @@ TEST_F(OffloadedOptimizerTest, ParametersWithoutGradientsAreLeftAlone) {
   offloaded.step();
   EXPECT_TRUE(at::equal(frozen.cpu(), before));
   EXPECT_FALSE(at::equal(model->parameters()[2].cpu(), make_model()->parameters()[2].cpu()));
+}
+
+// DataParallel's gradient_as_bucket_view makes gradients views of its buckets, which detach_()
+// refuses ("Can't detach views in-place"); zeroing in place must take them, as torch.optim does.
+TEST_F(OffloadedOptimizerTest, ZeroingInPlaceTakesGradientsThatAreViews) {
+  auto model = make_model();
+  OffloadedOptimizer offloaded(model->parameters(), [](std::vector<at::Tensor> p) {
+    return std::make_unique<torch::optim::Adam>(p, torch::optim::AdamOptions(0.1));
+  });
+  int64_t total = 0;
+  for (const auto& p : model->parameters()) total += p.numel();
+  const at::Tensor bucket = at::ones({total}, at::TensorOptions().device(emu()));
+  int64_t offset = 0;
+  for (auto& p : model->parameters()) {
+    p.mutable_grad() = bucket.narrow(0, offset, p.numel()).view(p.sizes());
+    offset += p.numel();
+  }
+  offloaded.zero_grad(/*set_to_none=*/false);
+  for (const auto& p : model->parameters()) EXPECT_TRUE(p.grad().is_view());
+  EXPECT_TRUE(at::all(bucket.cpu() == 0).item<bool>());
 }
 
 // The device's allocator is exact: after a step, the on-device optimizer holds exp_avg and

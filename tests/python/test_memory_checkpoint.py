@@ -4,7 +4,9 @@ outputs and gradients (dropout, autocast, kwargs, non-tensor outputs, torch.auto
 errors for what is not supported."""
 
 import inspect
+import re
 
+import numpy as np
 import pytest
 import torch
 import torch.utils.checkpoint as torch_checkpoint
@@ -279,6 +281,15 @@ def test_unsupported_options_and_bad_input_are_clear_errors():
         checkpoint(model, x, determinism_check="strict")
     with pytest.raises(ValueError, match=r"segments must be an int between 1 and the number of functions \(8\), got 9"):
         checkpoint_sequential(model, 9, x)
+    # torch's words for a keyword it does not take (it was a TypeError), and any integer for segments.
+    for sequential in (checkpoint_sequential, torch_checkpoint.checkpoint_sequential):
+        with pytest.raises(ValueError, match="Unexpected keyword arguments: determinism_check"):
+            sequential(model, 2, x, use_reentrant=False, determinism_check="none")
+    outputs = []
+    for sequential in (checkpoint_sequential, torch_checkpoint.checkpoint_sequential):
+        torch.manual_seed(0)  # the model has dropout
+        outputs.append(sequential(model, np.int64(2), x, use_reentrant=False))
+    assert torch.equal(*outputs)
     with pytest.raises(TypeError, match="respect_saved_tensors_hooks must be None, True or False, got 'yes'"):
         checkpoint(model, x, respect_saved_tensors_hooks="yes")
     with pytest.raises(ValueError, match=r"keyword arguments \['scale'\] given without a function"):
@@ -519,6 +530,45 @@ def test_param_groups_lr_writes_through_and_other_settings_refuse():
     assert all(torch.equal(b, p.cpu()) for b, p in zip(before, net.parameters()))
     with pytest.raises(TypeError, match=r"OffloadedAdamW.param_groups\[0\]\['eps'\] cannot be changed: only 'lr' can"):
         ours.param_groups[0]["eps"] = 1e-3
+    # dict.update and setdefault skipped __setitem__: lr stayed, other keys were taken silently.
+    ours.param_groups[0].update(lr=0.25)
+    assert ours.lr == 0.25
+    with pytest.raises(TypeError, match=r"\['betas'\] cannot be changed"):
+        ours.param_groups[0].update({"betas": (0.5, 0.5)})
+    with pytest.raises(TypeError, match=r"\['foo'\] cannot be changed"):
+        ours.param_groups[0].setdefault("foo", 1)
+    assert ours.param_groups[0].setdefault("lr", 9.0) == 0.25
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"lr": -1.0}, "Invalid learning rate: -1.0"), ({"lr": float("nan")}, "Invalid learning rate: nan"),
+    ({"eps": -1.0}, "Invalid epsilon value: -1.0"), ({"betas": (1.5, 0.9)}, "Invalid beta parameter at index 0: 1.5"),
+    ({"betas": (0.9, 1.0)}, "Invalid beta parameter at index 1: 1.0"),
+    ({"weight_decay": -1.0}, "Invalid weight_decay value: -1.0"),
+])
+def test_bad_hyperparameters_are_torchs_value_errors(options, message):
+    memory, model, _, _ = _adam_setup(amsgrad=False)
+    for torch_class, ours in ((torch.optim.Adam, memory.OffloadedAdam), (torch.optim.AdamW, memory.OffloadedAdamW)):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            torch_class(model().parameters(), **options)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            ours(model().parameters(), **options)
+
+
+def test_zero_grad_in_place_takes_a_gradient_that_is_a_view():
+    # DataParallel(gradient_as_bucket_view=True) makes gradients views of its buckets, which
+    # detach_() refuses ("Can't detach views in-place"); torch.optim zeroes them.
+    memory, model, _, _ = _adam_setup(amsgrad=False)
+    net = model()
+    ours = memory.OffloadedAdam(net.parameters())
+    bucket = torch.ones(sum(p.numel() for p in net.parameters()), device=next(net.parameters()).device)
+    offset = 0
+    for p in net.parameters():
+        p.grad = bucket[offset:offset + p.numel()].view_as(p)
+        offset += p.numel()
+    ours.zero_grad(set_to_none=False)
+    assert all(p.grad is not None and p.grad._base is bucket for p in net.parameters())
+    assert bool((bucket.cpu() == 0).all())
 
 
 def test_offloading_parameters_on_the_cpu_is_refused():

@@ -11,10 +11,13 @@
 //                         all-reduce in forward, one in backward.
 //   ParallelSelfAttention the heads split across ranks (q, k, v column-parallel by head), each
 //                         rank attends with its heads, the output projection row-parallel.
-// Each is built from the unsplit torch::nn layer, whose parameters every rank holds alike (the
-// same seed), taking its own slice: outputs and gradients equal the unsplit layer's. A dimension
-// the group's size does not divide is a c10::ValueError naming it. Layers on the CPU or an SDK
-// device: the collectives run on Gloo, an SDK device's tensors through host copies.
+// Each is built from the unsplit torch::nn layer, each rank taking its own slice of rank 0's
+// parameters (broadcast when the layer is built, as torch's ColwiseParallel and RowwiseParallel
+// distribute rank 0's: a rank seeded differently would otherwise slice another layer): outputs
+// and gradients equal rank 0's unsplit layer's. A dimension the group's size does not divide is a
+// c10::ValueError naming it, and so is a MultiheadAttention option the split cannot reproduce
+// (add_bias_kv, add_zero_attn, attention dropout). Layers on the CPU or an SDK device: the
+// collectives run on Gloo, an SDK device's tensors through host copies.
 
 #include <torchbridge/distributed/process_group.h>
 
