@@ -7,6 +7,7 @@ ones exist only as Python objects (``at::SavedTensorDefaultHooks`` stores ``c10:
 a C++ library cannot install them. Streams and events here are torch's own (``torch.Stream``,
 ``torch.Event``), which are the device's through its guard: CUDA's, or an SDK device's."""
 
+import functools
 import weakref
 
 import torch
@@ -37,6 +38,11 @@ class _Offloaded:
         self.arrived = None         # event on the side stream after the copy back
 
 
+def _forget(saved, order, _dead_reference):
+    """A record's weak-reference callback: its entry leaves the context's table."""
+    saved.pop(order, None)
+
+
 class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manager, named like torch's)
     """``with offload_activations(): loss = model(x)`` moves what autograd saves in the block to
     pinned host memory, and brings it back during backward. Gradients are bit-identical to no
@@ -63,7 +69,11 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
         self.prefetch = prefetch
         self._side_streams = {}
         self._accepted = set()  # devices _check_on_the_accelerator has accepted
-        self._saved = []  # weak references, in forward order
+        # Weak references by forward order; an entry leaves when its record dies, so a context
+        # reused step after step holds only what live graphs still save (a list grew by every
+        # saved tensor of every step).
+        self._saved = {}
+        self._next_order = 0
         super().__init__(self._pack, self._unpack)
 
     def _side_stream(self, device):
@@ -105,8 +115,10 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
         with side:
             host.copy_(tensor, non_blocking=True)
         tensor.record_stream(side)
-        record = _Offloaded(host, tensor.device, len(self._saved))
-        self._saved.append(weakref.ref(record))
+        order = self._next_order
+        self._next_order += 1
+        record = _Offloaded(host, tensor.device, order)
+        self._saved[order] = weakref.ref(record, functools.partial(_forget, self._saved, order))
         return record
 
     def _bring_back(self, record):
@@ -134,7 +146,8 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
         if record.on_device is None:
             self._bring_back(record)
         for earlier in range(record.order - 1, max(-1, record.order - 1 - self.prefetch), -1):
-            other = self._saved[earlier]()
+            reference = self._saved.get(earlier)
+            other = reference() if reference is not None else None
             if other is not None and other.on_device is None:
                 self._bring_back(other)
         self._compute_waits_for(record)

@@ -90,6 +90,18 @@ def test_parameters_small_tensors_and_a_second_backward():
     assert torch.equal(first, second)
 
 
+def test_a_context_reused_every_step_holds_nothing_of_finished_steps():
+    # Its table of saved tensors only grew: 4 entries a step, all dead after backward.
+    model = make_model(EMU)
+    context = offload_activations(min_bytes=0)
+    for _ in range(20):
+        with context:
+            out = model(torch.randn(8, 64, device=EMU))
+        assert len(context._saved) > 0
+        out.pow(2).sum().backward()
+        assert len(context._saved) == 0
+
+
 def test_a_frozen_parameter_stays_on_the_device_while_the_activations_leave():
     # LoRA freezes its base weights. A frozen Linear saves weight.t(), a view of a leaf that does
     # not require grad, which was offloaded although the module holds the weight on the device.
