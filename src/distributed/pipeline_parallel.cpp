@@ -129,7 +129,10 @@ double Pipeline::train_step(const at::Tensor& inputs, const at::Tensor& targets,
 
   const auto forward = [&](int64_t m) {
     at::Tensor x = first ? input_slices[static_cast<size_t>(m)]
-                         : transfers.receive(stage - 1, header_tag(m, false), "activation").to(device_).requires_grad_();
+                         : transfers.receive(stage - 1, header_tag(m, false), "activation").to(device_);
+    // A gradient flows back through floating-point activations only: token ids (an integer
+    // tensor) cannot require one, and the stage before them has nothing to differentiate.
+    if (!first && (at::isFloatingType(x.scalar_type()) || at::isComplexType(x.scalar_type()))) x.requires_grad_();
     at::Tensor y = stage_(x);
     if (last) {
       const at::Tensor value = loss(y, target_slices[static_cast<size_t>(m)]);
@@ -147,12 +150,21 @@ double Pipeline::train_step(const at::Tensor& inputs, const at::Tensor& targets,
   const auto backward = [&](int64_t m) {
     auto& x = received[static_cast<size_t>(m)];
     auto& y = produced[static_cast<size_t>(m)];
-    if (last) {
-      torch::autograd::backward({y});
-    } else {
-      torch::autograd::backward({y}, {transfers.receive(stage + 1, header_tag(m, true), "gradient").to(device_)});
+    // A stage whose output has no graph (frozen parameters on an input that needs no gradient,
+    // or an integer output) has nothing to run backward through, as torch.distributed.pipelining
+    // skips it; the next stage's gradient is still received, to keep the exchange in step.
+    const at::Tensor output_gradient =
+        last ? at::Tensor() : transfers.receive(stage + 1, header_tag(m, true), "gradient").to(device_);
+    if (y.requires_grad()) {
+      if (last) {
+        torch::autograd::backward({y});
+      } else {
+        torch::autograd::backward({y}, {output_gradient});
+      }
     }
-    if (!first) transfers.send(x.grad(), stage - 1, header_tag(m, true), "gradient");
+    // Zeros where no gradient reached the input (an integer input, or one the stage ignores): the
+    // stage before waits for a tensor of its output's shape.
+    if (!first) transfers.send(x.grad().defined() ? x.grad() : at::zeros_like(x), stage - 1, header_tag(m, true), "gradient");
     x = at::Tensor();  // this micro-batch's activations are no longer needed
     y = at::Tensor();
     --held;

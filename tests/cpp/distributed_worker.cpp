@@ -13,6 +13,7 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
@@ -375,6 +376,58 @@ double pipeline_against_unsplit(const std::shared_ptr<torchbridge::distributed::
   return difference;
 }
 
+// A pipeline whose first stage is frozen and hands token ids (an integer tensor) to an embedding:
+// stage 0 has no graph to run backward through and its output cannot require a gradient (both
+// raised, leaving the other ranks waiting). The trained stages' gradients equal the unsplit
+// model's. Returns the largest difference.
+double pipeline_from_a_frozen_tokenizing_stage(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group) {
+  namespace dist = torchbridge::distributed;
+  const int rank = group->rank(), world = group->world_size();
+  torch::manual_seed(13);  // the same model and batch on every rank
+  torch::nn::Linear frozen(8, 8);
+  frozen->weight.requires_grad_(false);
+  frozen->bias.requires_grad_(false);
+  torch::nn::Embedding embed(8, 8);
+  std::vector<torch::nn::Linear> blocks;
+  for (int b = 2; b < world; ++b) blocks.emplace_back(8, 8);
+  const auto stage_forward = [&](int stage, const at::Tensor& input) {
+    if (stage == 0) return frozen->forward(input).argmax(-1);
+    if (stage == 1) return embed->forward(input);
+    return at::tanh(blocks[static_cast<size_t>(stage - 2)]->forward(input));
+  };
+  const at::Tensor x = at::randn({8, 8}), y = at::randn({8, 8});
+  const auto mse = [](const at::Tensor& output, const at::Tensor& target) {
+    return torch::nn::functional::mse_loss(output, target);
+  };
+  // The unsplit model's gradients, then cleared for the pipeline's (the same modules).
+  at::Tensor whole = x;
+  for (int stage = 0; stage < world; ++stage) whole = stage_forward(stage, whole);
+  const double reference_loss = mse(whole, y).item<double>();
+  mse(whole, y).backward();
+  std::vector<at::Tensor> reference_grads;
+  for (auto& p : embed->parameters()) reference_grads.push_back(p.grad().clone());
+  for (auto& block : blocks) {
+    for (auto& p : block->parameters()) reference_grads.push_back(p.grad().clone());
+  }
+  for (auto& p : embed->parameters()) p.mutable_grad() = at::Tensor();
+  for (auto& block : blocks) {
+    for (auto& p : block->parameters()) p.mutable_grad() = at::Tensor();
+  }
+  dist::Pipeline pipeline([&](const at::Tensor& input) { return stage_forward(rank, input); }, group);
+  const double loss = pipeline.train_step(x, y, 4, mse);
+  double difference = std::abs(loss - reference_loss);
+  size_t index = 0;
+  const auto compare_stage = [&](torch::nn::Module& module, int stage) {
+    for (auto& p : module.parameters()) {
+      if (stage == rank) difference = worst(difference, p.grad(), reference_grads[index]);
+      ++index;
+    }
+  };
+  compare_stage(*embed, 1);
+  for (size_t b = 0; b < blocks.size(); ++b) compare_stage(*blocks[b], static_cast<int>(b) + 2);
+  return difference;
+}
+
 // Data parallel with ZeRO-1 on emu, an SDK device: gradients and the parameter exchange travel
 // through host memory. Each rank trains on its share of a 24-row batch; the reference is one
 // process on the CPU with plain Adam on the whole batch, float64. Returns the largest difference.
@@ -493,6 +546,10 @@ int main(int argc, char** argv) {
                 "process, max |difference| %.3g; the unused one unchanged\n", rank, world, unused);
     expect(unused <= 1e-12, "DataParallel with an unused layer against one-process training");
     zero_one_against_plain_data_parallel(group);
+    const double tokenizing = pipeline_from_a_frozen_tokenizing_stage(group);
+    std::printf("rank %d of %d: pipeline from a frozen stage handing token ids to an embedding vs unsplit: max "
+                "|difference| %.3g\n", rank, world, tokenizing);
+    expect(tokenizing <= 1e-6, "a pipeline from a frozen, tokenizing stage against the unsplit model");
     const double rank_zeros = tensor_parallel_takes_rank_zeros_layers(group);
     std::printf("rank %d of %d: tensor-parallel MLP from layers seeded by rank vs rank 0's unsplit MLP: max "
                 "|difference| %.3g\n", rank, world, rank_zeros);

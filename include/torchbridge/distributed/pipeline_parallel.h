@@ -7,7 +7,9 @@
 //   one_f_one_b after a warm-up of (stages - stage - 1) forwards, one forward then one backward
 //               (at most `stages` micro-batches' activations held per stage)
 // Both leave in each stage's parameters the gradient of the mean loss over the whole batch, the
-// unsplit model's, up to the order of summation over micro-batches.
+// unsplit model's, up to the order of summation over micro-batches. A stage may be frozen and may
+// hand on an integer tensor (token ids to an embedding): no gradient flows back through those,
+// as in torch.distributed.pipelining.
 //
 //   Pipeline pipeline([&](const at::Tensor& x) { return my_stage->forward(x); }, group);
 //   double loss = pipeline.train_step(inputs, targets, micro_batches, loss_function);
