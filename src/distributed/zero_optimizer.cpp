@@ -177,17 +177,41 @@ void ZeroRedundancyOptimizer::consolidate_state_into(torch::optim::Optimizer* fu
     for (size_t k = 0; k < indices.size(); ++k) {
       MomentState moments{tensors[k * per].item<int64_t>(), tensors[k * per + 1].clone(),
                           tensors[k * per + 2].clone(), amsgrad ? tensors[k * per + 3].clone() : at::Tensor()};
-      if (moments.step == 0) continue;
-      full->state()[key_of(parameters_[indices[k]])] = state_for(*full, moments);
+      const auto key = key_of(parameters_[indices[k]]);
+      if (moments.step == 0) {
+        full->state().erase(key);  // not stepped yet: no state, as in the shard
+        continue;
+      }
+      full->state()[key] = state_for(*full, moments);
+    }
+  }
+  // The hyperparameters the shards step with (a scheduler's learning rate included), as torch's
+  // ZeroRedundancyOptimizer carries its param_groups into the consolidated state. Every shard's
+  // optimizer came from the same factory and is adjusted alike, so the root's own tells.
+  if (group_->rank() == root && local_ && !local_->param_groups().empty()) {
+    for (auto& full_group : full->param_groups()) {
+      full_group.set_options(local_->param_groups().front().options().clone());
     }
   }
 }
 
 void ZeroRedundancyOptimizer::load_state_from(const torch::optim::Optimizer& full) {
   if (!local_) return;
+  // The shard steps with the hyperparameters of the group in `full` that holds its first
+  // parameter (a restored learning rate included), as torch's load_state_dict restores them.
+  const at::Tensor& first = by_owner_[static_cast<size_t>(group_->rank())].front();
+  for (const auto& full_group : full.param_groups()) {
+    const auto& held = full_group.params();
+    if (std::none_of(held.begin(), held.end(), [&](const at::Tensor& p) { return p.is_same(first); })) continue;
+    for (auto& local_group : local_->param_groups()) local_group.set_options(full_group.options().clone());
+    break;
+  }
   for (const auto& parameter : by_owner_[static_cast<size_t>(group_->rank())]) {
     const auto found = full.state().find(key_of(parameter));
-    if (found == full.state().end()) continue;
+    if (found == full.state().end()) {
+      local_->state().erase(key_of(parameter));  // no state in `full`: none left from before either
+      continue;
+    }
     MomentState moments = moments_of(*found->second);
     moments.exp_avg = moments.exp_avg.clone();
     moments.exp_avg_sq = moments.exp_avg_sq.clone();

@@ -5,11 +5,13 @@
 #include <torchbridge/distributed/data_parallel.h>
 #include <torchbridge/distributed/launch_environment.h>
 #include <torchbridge/distributed/process_group.h>
+#include <torchbridge/distributed/zero_optimizer.h>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
 
 #include "error_message.h"
 
@@ -234,6 +236,33 @@ TEST(DataParallel, GradientsAsBucketViewsShareTheBucketAndEqualPlainBackward) {
   DataParallel without(plain, group);
   without.backward(alone->forward(at::randn({4, 16})).square().mean());
   EXPECT_FALSE(alone->weight.grad().is_alias_of(alone->bias.grad()));
+}
+
+// The consolidated state carries the hyperparameters the shard stepped with (a scheduler's lr),
+// and loading one restores them into the shard and clears state the source does not have, as
+// torch's ZeroRedundancyOptimizer does with its param_groups. Only the moments travelled before.
+TEST(ZeroRedundancyOptimizer, StateCarriesTheHyperparametersAndNothingStale) {
+  const auto group = init(LaunchEnvironment{}, InitOptions{});
+  torch::manual_seed(0);
+  torch::nn::Linear layer(4, 2);
+  const auto adam = [](std::vector<at::Tensor> parameters) {
+    return std::make_unique<torch::optim::Adam>(std::move(parameters), torch::optim::AdamOptions(0.1));
+  };
+  ZeroRedundancyOptimizer zero(layer->parameters(), group, adam);
+  layer->forward(at::randn({3, 4})).sum().backward();
+  zero.step();
+  auto& shard_options = static_cast<torch::optim::AdamOptions&>(zero.local_optimizer()->param_groups()[0].options());
+  shard_options.lr(0.025);  // as a scheduler sets it
+  auto full = adam(layer->parameters());
+  zero.consolidate_state_into(full.get(), 0);
+  EXPECT_EQ(static_cast<torch::optim::AdamOptions&>(full->param_groups()[0].options()).lr(), 0.025);
+  EXPECT_EQ(full->state().size(), 2u);
+
+  auto fresh = adam(layer->parameters());
+  static_cast<torch::optim::AdamOptions&>(fresh->param_groups()[0].options()).lr(0.5);
+  zero.load_state_from(*fresh);  // a state without moments: the shard's must go too
+  EXPECT_EQ(static_cast<torch::optim::AdamOptions&>(zero.local_optimizer()->param_groups()[0].options()).lr(), 0.5);
+  EXPECT_TRUE(zero.local_optimizer()->state().empty());
 }
 
 // A port nobody listens on: bind one, note it, close it.
