@@ -11,6 +11,7 @@ places and runs copies of the Python model when the C++ side asks.
 import copy
 import io
 import json
+import operator
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -91,7 +92,12 @@ class UnifiedValidator:
             BackendFactory.create(name)  # raises naming the backend; loads SDK devices
         self.backends = list(backends)
         self.dtype = _check_precision(dtype)
-        self.seed = int(seed)
+        try:  # any integer (numpy's too), checked here rather than as the binding's TypeError later
+            self.seed = operator.index(seed) if not isinstance(seed, bool) else None
+        except TypeError:
+            self.seed = None
+        if self.seed is None or not 0 <= self.seed < 2**64:
+            raise ValueError(f"seed must be an integer from 0 to 2**64 - 1, got {seed!r}")
 
     def validate_model(self, model: torch.nn.Module, input_shape=None, inputs=None, dtype: "str | None" = None,
                        progress=None) -> ValidationResult:
@@ -136,10 +142,27 @@ def _inputs(input_shape, inputs, seed: int) -> "list[torch.Tensor]":
             if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
                 raise ValueError(f"inputs must be CPU tensors, got {t!r:.80}")
         return tensors
-    shapes = [input_shape] if all(isinstance(s, int) for s in input_shape) else list(input_shape)
+    def integer(value):  # any integer (numpy's, a torch.Size's), not a bool; None otherwise
+        try:
+            return operator.index(value) if not isinstance(value, bool) else None
+        except TypeError:
+            return None
+
+    try:
+        entries = list(input_shape)
+    except TypeError:
+        raise ValueError(f"input_shape {input_shape!r} must be a shape such as (4, 16, 32), or a list of shapes") from None
+    shapes = [entries] if entries and all(integer(s) is not None for s in entries) else entries
+    checked = []
     for shape in shapes:
-        if not all(isinstance(s, int) and s > 0 for s in shape) or len(shape) == 0:
-            raise ValueError(f"input_shape {tuple(shape)!r} must be positive integers, e.g. (4, 16, 32)")
+        try:
+            sizes = [integer(s) for s in shape]
+        except TypeError:
+            sizes = [None]
+        if not sizes or any(size is None or size <= 0 for size in sizes):
+            raise ValueError(f"input_shape {shape!r} must be positive integers, e.g. (4, 16, 32)")
+        checked.append(tuple(sizes))
+    shapes = checked
     generator = torch.Generator().manual_seed(seed)
     return [torch.randn(tuple(shape), generator=generator) for shape in shapes]
 

@@ -149,6 +149,23 @@ def test_bad_input_raises_clearly(kwargs, message):
         VALIDATOR.validate_model(SmallNet(), **kwargs)
 
 
+def test_seeds_and_shapes_of_any_integer_type_and_bad_ones_named():
+    # numpy's integers were "'numpy.int64' object is not iterable"; a negative seed was the
+    # binding's TypeError at validate time.
+    import numpy as np
+
+    assert UnifiedValidator(backends=["cpu"], seed=np.uint64(7)).seed == 7
+    result = UnifiedValidator(backends=["cpu"]).validate_model(SmallNet(), input_shape=np.array([4, 8]))
+    assert result.is_valid and checks(result, "cpu", "output")
+    assert UnifiedValidator(backends=["cpu"]).validate_model(SmallNet(), input_shape=torch.Size([4, 8])).is_valid
+    for seed in (-1, 2**64, 1.5, "7"):
+        with pytest.raises(ValueError, match=f"seed must be an integer from 0 to 2\\*\\*64 - 1, got {seed!r}"):
+            UnifiedValidator(backends=["cpu"], seed=seed)
+    for shape in (4, (4, 8.0), [(4, 8), "x"]):
+        with pytest.raises(ValueError, match="must be"):
+            VALIDATOR.validate_model(SmallNet(), input_shape=shape)
+
+
 def test_unknown_and_unavailable_backends_raise_before_any_work():
     with pytest.raises(ValueError, match="unknown backend 'nope'"):
         UnifiedValidator(backends=["cpu", "nope"])
