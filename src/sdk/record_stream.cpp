@@ -14,9 +14,12 @@
 namespace torchbridge::sdk {
 namespace {
 
+// A stream of another device of this type is taken, as CUDA's record_stream takes one: a copy to
+// another device runs on the destination's stream, and the allocator fences each recorded
+// stream on its own device before the memory is reused.
 void record_stream(at::Tensor& self, c10::Stream stream) {
-  TORCH_CHECK(stream.device() == self.device(), "record_stream: the tensor is on ", self.device(),
-              " but the stream on ", stream.device(), "; record a stream of the tensor's own device");
+  TORCH_CHECK(stream.device_type() == self.device().type(), "record_stream: the tensor is on ", self.device(),
+              " but the stream on ", stream.device(), "; record a stream of a ", self.device().type(), " device");
   caching_allocator().recordStream(self.storage().data_ptr(), stream);
 }
 

@@ -265,8 +265,15 @@ def test_record_stream_is_recorded_by_the_caching_allocator():
     stream = torch.Stream(device=DEVICE)
     x = torch.ones(1024, device=DEVICE)
     x.record_stream(stream)
-    with pytest.raises(RuntimeError, match=r"the tensor is on emu:0 but the stream on emu:1"):
-        x.record_stream(torch.Stream(device="emu:1"))
+    # Another emu device's stream is taken, as CUDA's record_stream takes one (it was refused);
+    # the allocator fences it on its own device. Another device type's is refused, naming both.
+    x.record_stream(torch.Stream(device="emu:1"))
+    with pytest.raises(RuntimeError, match=r"the tensor is on emu:0 but the stream on cpu"):
+        x.record_stream(torch.Stream(device="cpu"))
+    del x
+    torch.accelerator.synchronize("emu:1")
+    y = torch.ones(1024, device=DEVICE)
+    assert torch.equal(y.cpu(), torch.ones(1024))
 
 
 def test_an_operator_without_any_cpu_kernel_is_a_clear_error():
