@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 
 namespace torchbridge::checkpoint {
@@ -15,8 +17,9 @@ namespace {
 
 using json = nlohmann::json;
 
-[[noreturn]] void fail(const std::string& file, const std::string& tensor, const std::string& problem) {
-  TORCH_CHECK_VALUE(false, file, ": ", tensor.empty() ? "" : "tensor '" + tensor + "': ", problem);
+// `tensor`: the tensor the problem is in, or none for the header as a whole ("" is a tensor's name).
+[[noreturn]] void fail(const std::string& file, const std::optional<std::string>& tensor, const std::string& problem) {
+  TORCH_CHECK_VALUE(false, file, ": ", tensor ? "tensor '" + *tensor + "': " : std::string(), problem);
 }
 
 // Bounded nesting and unique keys in every object (the JSON library would otherwise keep the last
@@ -24,14 +27,14 @@ using json = nlohmann::json;
 json parse_strictly(const std::string& file, std::string_view text) {
   const auto on_problem = [&](detail::JsonProblem problem, const std::string& key, int depth) {
     if (problem == detail::JsonProblem::too_deep) {
-      fail(file, "", "header JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+      fail(file, std::nullopt, "header JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     }
-    fail(file, depth == 1 ? key : "", "appears twice in the header (duplicate key '" + key + "')");
+    fail(file, depth == 1 ? std::optional<std::string>(key) : std::nullopt, "appears twice in the header (duplicate key '" + key + "')");
   };
   try {
     return detail::parse_json_strictly(text, kMaxJsonDepth, on_problem);
   } catch (const json::exception& e) {
-    fail(file, "", std::string("header is not valid JSON: ") + e.what());
+    fail(file, std::nullopt, std::string("header is not valid JSON: ") + e.what());
   }
 }
 
@@ -92,19 +95,19 @@ TensorRecord parse_tensor(const std::string& file, const std::string& name, cons
 
 ParsedHeader parse_header(const std::string& file, std::string_view header, uint64_t data_bytes) {
   const json root = parse_strictly(file, header);
-  if (!root.is_object()) fail(file, "", "header must be a JSON object");
+  if (!root.is_object()) fail(file, std::nullopt, "header must be a JSON object");
   ParsedHeader parsed;
   for (const auto& [name, value] : root.items()) {
     if (name == "__metadata__") {
       if (value.is_null()) continue;  // the safetensors package reads null as no metadata, and so do we
-      if (!value.is_object()) fail(file, "", "__metadata__ must be an object of strings");
+      if (!value.is_object()) fail(file, std::nullopt, "__metadata__ must be an object of strings");
       for (const auto& [key, text] : value.items()) {
-        if (!text.is_string()) fail(file, "", "__metadata__ value for '" + key + "' must be a string, got " + text.dump());
+        if (!text.is_string()) fail(file, std::nullopt, "__metadata__ value for '" + key + "' must be a string, got " + text.dump());
         parsed.metadata[key] = text.get<std::string>();
       }
       continue;
     }
-    if (name.empty()) fail(file, "", "a tensor has an empty name");
+    // An empty name is a name: the safetensors package writes and reads it, and so do we.
     parsed.records.push_back(parse_tensor(file, name, value));
   }
   // The tensors must tile the data section exactly: no holes, no overlaps, nothing left over.
@@ -124,7 +127,7 @@ ParsedHeader parse_header(const std::string& file, std::string_view header, uint
     covered = record.end;
   }
   if (covered != data_bytes) {
-    fail(file, "", "the data section holds " + std::to_string(data_bytes) + " bytes but the tensors cover " +
+    fail(file, std::nullopt, "the data section holds " + std::to_string(data_bytes) + " bytes but the tensors cover " +
                        std::to_string(covered) + (covered > data_bytes ? " (file truncated?)" : " (trailing bytes)"));
   }
   return parsed;

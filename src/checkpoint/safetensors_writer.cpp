@@ -40,7 +40,8 @@ void save(const std::string& path, const std::vector<std::pair<std::string, at::
   DistinctTensors distinct(path);
   std::vector<std::pair<std::string, at::Tensor>> prepared;
   for (const auto& [name, tensor] : tensors) {
-    TORCH_CHECK_VALUE(!name.empty() && name != "__metadata__", path, ": invalid tensor name '", name, "'");
+    // "" is a valid name (the safetensors package takes it); "__metadata__" is the header's own key.
+    TORCH_CHECK_VALUE(name != "__metadata__", path, ": invalid tensor name '", name, "'");
     check_utf8(path, "tensor name", name);
     TORCH_CHECK_VALUE(tensor.defined(), path, ": tensor '", name, "' is undefined");
     TORCH_CHECK_VALUE(holds_dtype(tensor.scalar_type()), path, ": tensor '", name, "' has dtype ",

@@ -92,6 +92,23 @@ def test_save_refuses_bad_arguments_by_name_and_writes_nothing(tmp_path, tensors
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_empty_tensor_name_reads_and_writes_as_the_safetensors_package_does(tmp_path):
+    # The package writes and reads "" as a name; the reader refused such a file ("a tensor has an
+    # empty name") and the writer refused to make one.
+    from safetensors.torch import save_file
+
+    theirs = tmp_path / "theirs.safetensors"
+    save_file({"": torch.arange(3.0), "b": torch.ones(2)}, str(theirs))
+    loaded = checkpoint.load(theirs)
+    assert loaded.keys() == {"", "b"} and torch.equal(loaded[""], torch.arange(3.0))
+    ours = tmp_path / "ours.safetensors"
+    checkpoint.save(ours, {"": torch.arange(4.0)})
+    assert torch.equal(load_file(str(ours))[""], torch.arange(4.0))
+    verify = subprocess.run([CONSOLE_SCRIPT, "checkpoint", "verify", str(theirs)], capture_output=True, text=True,
+                            timeout=120)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
 @pytest.mark.parametrize("path", [None, 3, b"bytes.safetensors"])
 def test_every_checkpoint_function_refuses_a_path_that_is_not_one(tmp_path, monkeypatch, path):
     # str(None) named a file "None" in the working directory: save wrote it, load read it.
