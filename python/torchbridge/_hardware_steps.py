@@ -11,6 +11,8 @@ import importlib.util
 
 import torch
 
+from ._forward_wrapping import wrap_forward
+
 
 def hardware_step(name: str, argument: str, model, optimizer, device: torch.device):
     if name in ("hardware.nvidia.fp8_enabled", "hardware.amd.architecture", "hardware.amd.enable_matrix_cores"):
@@ -19,7 +21,7 @@ def hardware_step(name: str, argument: str, model, optimizer, device: torch.devi
     if name == "hardware.nvidia.flash_attention_version":
         return (model, optimizer, *_flash_attention(argument))
     if name == "hardware.nvidia.enable_oom_protection":
-        model.forward = _retry_after_oom(model.forward, device)
+        wrap_forward(model, lambda forward: _retry_after_oom(forward, device))
         return model, optimizer, None, None
     if name == "hardware.amd.memory_pool_size_gb":
         return (model, optimizer, *_cap_memory(float(argument), device)) if argument else (
@@ -49,14 +51,14 @@ def _flash_attention(version: str):
 
 def _retry_after_oom(forward, device: torch.device):
     @functools.wraps(forward)
-    def protected(*args, **kwargs):
+    def protected(module, *args, **kwargs):
         try:
-            return forward(*args, **kwargs)
+            return forward(module, *args, **kwargs)
         except torch.OutOfMemoryError:
             gc.collect()
             torch.cuda.empty_cache()
         try:
-            return forward(*args, **kwargs)
+            return forward(module, *args, **kwargs)
         except torch.OutOfMemoryError as error:
             allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
             total = torch.cuda.get_device_properties(device).total_memory

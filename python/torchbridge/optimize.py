@@ -23,6 +23,7 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 from . import _C
+from ._forward_wrapping import wrap_forward
 from ._int8_linear import quantize_linear_weights
 from ._outputs import eval_mode, flatten
 from .fp8 import convert_to_fp8
@@ -96,10 +97,11 @@ def _model_traits(model: torch.nn.Module, optimizer, example_inputs=None) -> dic
 
 
 def _autocast_forward(forward, device_type: str, dtype: torch.dtype):
+    """``forward(module, ...)`` under autocast, as a function of the module (_forward_wrapping)."""
     @functools.wraps(forward)
-    def wrapped(*args, **kwargs):
+    def wrapped(module, *args, **kwargs):
         with torch.autocast(device_type=device_type, dtype=dtype):
-            return forward(*args, **kwargs)
+            return forward(module, *args, **kwargs)
 
     wrapped.__torchbridge_autocast__ = (device_type, dtype)
     return wrapped
@@ -290,14 +292,15 @@ class UnifiedManager:
         elif name == "freeze_torchscript":
             model = torch.jit.optimize_for_inference(torch.jit.freeze(model))
         elif name == "autocast":
-            model.forward = _autocast_forward(model.forward, self.device.type, getattr(torch, argument))
+            wrap_forward(model, lambda forward: _autocast_forward(forward, self.device.type, getattr(torch, argument)))
         elif name == "low_precision_weights":
             model = model.to(getattr(torch, argument))
         elif name == "compile":
             # The instance's forward, not Module.compile(): in torch 2.13 that compiles
             # Module._call_impl, which dynamo skips as torch-internal, so nothing was compiled
             # (no frame captured; seen on the CPU build). This keeps the module and its state-dict keys.
-            model.forward = torch.compile(model.forward, backend=argument)
+            # Compiled as a function of the module, bound to it: a copy runs with its own weights.
+            wrap_forward(model, lambda forward: torch.compile(forward, backend=argument))
         elif name == "int8_weights":
             replaced, skipped_layers = quantize_linear_weights(model, torch.bfloat16)
             skipped = "; ".join(f"{layer}: {reason}" for layer, reason in skipped_layers)
@@ -331,16 +334,16 @@ def _checkpoint_blocks(model) -> "tuple[str, int] | None":
     for name, container in model.named_modules():
         if isinstance(container, (torch.nn.Sequential, torch.nn.ModuleList)) and len(container) >= 2:
             for block in container:
-                block.forward = _checkpointed_forward(block, block.forward, memory.checkpoint)
+                wrap_forward(block, lambda forward: _checkpointed_forward(forward, memory.checkpoint))
             return name, len(container)
     return None
 
 
-def _checkpointed_forward(block, forward, checkpoint):
+def _checkpointed_forward(forward, checkpoint):
     @functools.wraps(forward)
-    def run(*args, **kwargs):
+    def run(block, *args, **kwargs):
         if block.training and torch.is_grad_enabled():
-            return checkpoint(forward, *args, use_reentrant=False, **kwargs)
-        return forward(*args, **kwargs)
+            return checkpoint(functools.partial(forward, block), *args, use_reentrant=False, **kwargs)
+        return forward(block, *args, **kwargs)
 
     return run

@@ -224,6 +224,28 @@ def test_o2_training_autocasts_keeps_float32_weights_and_compiles():
         assert torch.get_autocast_dtype("cpu") == AUTO_DTYPE and torch.is_autocast_enabled("cpu")
 
 
+@pytest.mark.parametrize("fields", [dict(compile=False), dict(compile=False, activation_checkpointing=True),
+                                    dict(compile=True)])
+def test_a_copy_of_an_optimized_model_computes_with_its_own_weights(fields):
+    # The steps replaced forward with a closure over the original (or compiled its bound method):
+    # a deep copy with every weight zeroed still gave the original's outputs, and sent its
+    # gradients to the original's parameters.
+    import copy
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    optimized = UnifiedManager(dataclasses.replace(cpu_config(), **fields)).optimize(model)
+    twin = copy.deepcopy(optimized)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.zero_()
+    x = torch.randn(4, 32)
+    assert twin(x).abs().sum().item() == 0
+    assert optimized(x).abs().sum().item() > 0
+    twin(x).float().sum().backward()
+    assert all(p.grad is not None for p in twin.parameters())
+    assert all(p.grad is None for p in optimized.parameters())
+
+
 def test_o2_inference_casts_weights_to_the_precision_asked_for():
     model = mlp().eval()
     manager = UnifiedManager(cpu_config(training=False, precision="bf16", compile=False))
