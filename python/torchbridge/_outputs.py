@@ -27,6 +27,9 @@ def flatten(output, *, skip_non_tensors: bool = False) -> "list[torch.Tensor]":
 def eval_mode(model: torch.nn.Module):
     """Dropout and batch statistics make training-mode outputs differ run to run, and deployment
     graphs are inference graphs: compare and export in eval mode, then put a training model back."""
+    if not hasattr(model, "training"):  # a frozen TorchScript module: an inference graph already
+        yield
+        return
     was_training = model.training
     model.eval()
     try:

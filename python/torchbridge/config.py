@@ -87,7 +87,7 @@ class TorchBridgeConfig(StrictFields):
         dicts ({"hardware": {"nvidia": {...}}}) or dotted keys ("hardware.nvidia.fp8_enabled")."""
         if not isinstance(values, dict):
             raise TypeError(f"from_dict needs a dict of configuration fields, got {type(values).__name__}")
-        merged = _merged(json.loads((cls() if base is None else base).to_json()), values)
+        merged = _merged(json.loads((cls() if base is None else base).to_json()), _nested(values))
         return cls._from_json(_C.config_check(json.dumps(merged), "dict"))
 
     def with_environment(self) -> "TorchBridgeConfig":
@@ -106,6 +106,37 @@ class TorchBridgeConfig(StrictFields):
     @classmethod
     def _from_json(cls, text: str) -> "TorchBridgeConfig":
         return cls._from_plain(json.loads(text))
+
+
+def _nested(values: dict) -> dict:
+    """``values`` with dotted keys ("hardware.nvidia.fp8_enabled") as nested sections, so they lay
+    over the base like nested ones (merged into the nested base, they read as given twice). A field
+    given both ways in ``values`` itself is refused, naming it."""
+    leaves: dict = {}
+
+    def flatten(section: dict, prefix: tuple) -> None:
+        for key, value in section.items():
+            path = prefix + tuple(str(key).split("."))
+            if isinstance(value, dict):
+                flatten(value, path)
+            elif path in leaves:
+                raise ValueError(f"dict: '{'.'.join(path)}' is given twice (once as a dotted key, once inside its "
+                                 "section)")
+            else:
+                leaves[path] = value
+
+    flatten(values, ())
+    result: dict = {}
+    for path, value in leaves.items():
+        section = result
+        for depth, part in enumerate(path[:-1]):
+            section = section.setdefault(part, {})
+            if not isinstance(section, dict):
+                raise ValueError(f"dict: '{'.'.join(path[:depth + 1])}' is both a field and a section")
+        if isinstance(section.get(path[-1]), dict):
+            raise ValueError(f"dict: '{'.'.join(path)}' is both a field and a section")
+        section[path[-1]] = value
+    return result
 
 
 def _merged(base: dict, overrides: dict) -> dict:

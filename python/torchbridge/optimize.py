@@ -185,7 +185,10 @@ class UnifiedManager:
         if not isinstance(config, TorchBridgeConfig):
             raise TypeError(f"UnifiedManager needs a TorchBridgeConfig, got {type(config).__name__}")
         config.validate()
-        self.config = dataclasses.replace(config)  # later changes to the caller's object do not leak in
+        # A deep copy: later changes to the caller's object, its hardware sections included, do not
+        # leak in. The level as the C++ core spells it ("o2" is "O2"), as the report shows it.
+        self.config = dataclasses.replace(copy.deepcopy(config),
+                                          optimization_level=_C.parse_opt_level(config.optimization_level))
         backend_name = None if config.backend == "auto" else config.backend
         # The Python Backend loads SDK devices and gives the torch.device; the C++ manager decides.
         self.backend = BackendFactory.create(backend_name, config.device_index, config.optimization_level)

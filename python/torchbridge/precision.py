@@ -56,8 +56,13 @@ def computes(precision: str, backend: str, device_index: int = 0, including_emul
     hardware, or also in software where ``including_emulation`` (the ``support`` column of the
     precision table: today the CPU's float16/bfloat16 without vector units is its one "emulated"
     entry; ``torch.cuda.is_bf16_supported`` asks the same question of CUDA)."""
-    # Deciding fp32, which every backend computes, returns the table of every precision.
-    table = PrecisionDecision.from_json(_C.decide_precision(backend, device_index, "fp32")).capabilities
+    # Through the Python backend first, as decide() does: it loads an SDK device into torch too
+    # (the C++ call alone left "emu" registered but without torch.emu). Deciding fp32, which every
+    # backend computes, returns the table of every precision.
+    from .backends import BackendFactory
+
+    native = BackendFactory.create(backend, device_index)
+    table = PrecisionDecision.from_json(_C.decide_precision(native.name, device_index, "fp32")).capabilities
     support = next((row.support for row in table if row.precision == precision), None)
     if support is None:
         raise ValueError(f"precision must be one of {', '.join(row.precision for row in table)}, got {precision!r}")

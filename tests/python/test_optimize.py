@@ -4,6 +4,8 @@ torch doing the same by hand (eager autocast, an unfused optimizer, the float32 
 
 import dataclasses
 import json
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -244,6 +246,39 @@ def test_a_copy_of_an_optimized_model_computes_with_its_own_weights(fields):
     twin(x).float().sum().backward()
     assert all(p.grad is not None for p in twin.parameters())
     assert all(p.grad is None for p in optimized.parameters())
+
+
+def test_dotted_keys_in_from_dict_as_documented():
+    # The nested base made every dotted key read as given twice.
+    config = TorchBridgeConfig.from_dict({"hardware.nvidia.fp8_enabled": True, "precision": "bf16"})
+    assert config.hardware.nvidia.fp8_enabled and config.precision == "bf16"
+    with pytest.raises(ValueError, match="'hardware.nvidia.fp8_enabled' is given twice"):
+        TorchBridgeConfig.from_dict({"hardware.nvidia.fp8_enabled": True, "hardware": {"nvidia": {"fp8_enabled": False}}})
+
+
+def test_the_manager_keeps_its_own_deep_copy_with_the_level_spelled_as_the_core_does():
+    caller = cpu_config(optimization_level="o0", compile=False)
+    manager = UnifiedManager(caller)
+    caller.hardware.nvidia.enable_oom_protection = True  # the copy was shallow: this leaked in
+    assert manager.config.hardware.nvidia.enable_oom_protection is False
+    manager.optimize(torch.nn.Conv2d(3, 4, 3))
+    assert manager.report().level == "O0" and "O0 on cpu" in manager.report().summary()
+
+
+def test_validating_a_torchscript_model_at_o1_and_above():
+    # The frozen module has no `training`; the validation step's eval_mode read it.
+    scripted = torch.jit.script(mlp()).eval()
+    for level in ("O1", "O2"):
+        config = cpu_config(optimization_level=level, training=False, validation=True, compile=False)
+        optimized = UnifiedManager(config).optimize(scripted, example_inputs=torch.randn(4, 32))
+        assert optimized(torch.randn(4, 32)).shape == (4, 8)
+
+
+def test_computes_on_an_sdk_device_leaves_it_usable_from_torch():
+    run = subprocess.run([sys.executable, "-c", "import torch; from torchbridge.precision import computes; "
+                          "computes('bf16', 'emu'); print(torch.randn(3, device='emu').device)"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "emu:0", run.stderr[-2000:]
 
 
 def test_o2_inference_casts_weights_to_the_precision_asked_for():
