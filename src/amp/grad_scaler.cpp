@@ -86,16 +86,17 @@ std::vector<at::Tensor> optimizer_gradients(torch::optim::Optimizer& optimizer) 
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options) : enabled_(options.enabled) {
-  // Like torch, a disabled scaler ignores its other arguments.
+  // Like torch, a disabled scaler does not check its other arguments; its getters still report
+  // them (they read 0, an impossible growth factor, before).
+  init_scale_ = options.init_scale;
+  growth_factor_ = options.growth_factor;
+  backoff_factor_ = options.backoff_factor;
+  growth_interval_ = options.growth_interval;
   if (!enabled_) return;
   check_scale_value("init_scale", options.init_scale);
   check_growth_factor(options.growth_factor);
   check_backoff_factor(options.backoff_factor);
   check_growth_interval(options.growth_interval);
-  init_scale_ = options.init_scale;
-  growth_factor_ = options.growth_factor;
-  backoff_factor_ = options.backoff_factor;
-  growth_interval_ = options.growth_interval;
 }
 
 void GradScaler::check_scale_initialized(const char* caller) const {
@@ -155,8 +156,11 @@ GradScaler::OptimizerState& GradScaler::state_of(const void* optimizer) {
 }
 
 void GradScaler::unscale_gradients(OptimizerState& state, const std::vector<at::Tensor>& gradients) {
-  // The reciprocal in float64 rounded to float32, as torch computes it off MPS.
-  const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
+  // The reciprocal in float64 rounded to float32, as torch computes it; on MPS, which has no
+  // float64, in float32 (torch's own choice there; the float64 cast raised).
+  const at::Tensor inv_scale = scale_.device().type() == c10::DeviceType::MPS
+                                   ? scale_.reciprocal()
+                                   : scale_.to(at::kDouble).reciprocal().to(at::kFloat);
   const at::Tensor found_inf = float_scalar(0.0, scale_.device());
   PerDevice per_device_inv_scale(inv_scale), per_device_found_inf(found_inf);
   // Grouped by device, then dtype, in first-seen order: one fused kernel call per group.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <string>
 #include <utility>
 
 namespace torchbridge {
@@ -99,7 +100,15 @@ std::shared_ptr<Backend> BackendRegistry::create(const std::string& name) const 
 }
 
 std::string BackendRegistry::detect_best_backend() const {
-  if (const char* forced = std::getenv(kBackendEnvVar); forced != nullptr && *forced != '\0') {
+  // "auto" (any case) asks for detection, as the configuration's backend field documents it.
+  const char* forced = std::getenv(kBackendEnvVar);
+  if (forced != nullptr) {
+    std::string lowered(forced);
+    std::transform(lowered.begin(), lowered.end(), lowered.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (lowered == "auto") forced = nullptr;
+  }
+  if (forced != nullptr && *forced != '\0') {
     std::shared_ptr<Backend> backend;
     try {
       backend = lookup(forced);

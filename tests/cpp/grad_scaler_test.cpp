@@ -185,8 +185,13 @@ TEST(GradScaler, NonsenseOptionsAreRefusedNamingValueAndRange) {
   expect_error([&] { scaler.set_backoff_factor(2.0); }, "backoff_factor must be in (0, 1), got 2");
   expect_error([&] { scaler.set_growth_interval(-3); }, "growth_interval must be an integer >= 1, got -3");
   EXPECT_THROW(GradScaler({.growth_interval = 0}), c10::ValueError);
-  // Like torch, a disabled scaler ignores its arguments.
+  // Like torch, a disabled scaler does not check its arguments; its getters report them (they
+  // read 0, an impossible growth factor).
   EXPECT_NO_THROW(GradScaler({.growth_factor = 0.5, .enabled = false}));
+  const GradScaler disabled({.enabled = false});
+  EXPECT_EQ(disabled.get_growth_factor(), 2.0);
+  EXPECT_EQ(disabled.get_backoff_factor(), 0.5);
+  EXPECT_EQ(disabled.get_growth_interval(), 2000);
 }
 
 TEST(GradScaler, StateRoundTripsAndBadStatesChangeNothing) {

@@ -136,6 +136,14 @@ TEST(Registry, EmptyEnvironmentValueMeansUnset) {
   EXPECT_EQ(detect_best_backend(), expected_best());
 }
 
+// The configuration documents TORCHBRIDGE_BACKEND=auto; detection read it as a backend's name.
+TEST(Registry, AutoInTheEnvironmentMeansDetect) {
+  for (const char* value : {"auto", "AUTO", "Auto"}) {
+    ScopedEnv env(kBackendEnvVar, value);
+    EXPECT_EQ(detect_best_backend(), expected_best()) << value;
+  }
+}
+
 TEST(Registry, MalformedEnvironmentValueIsAnError) {
   for (const char* bad : {"bogus", "cuda:0", " cpu", "cpu,cuda"}) {
     ScopedEnv env(kBackendEnvVar, bad);
