@@ -100,6 +100,17 @@ def _make_fp8_linear_outside_compile() -> None:
         _fp8_linear_outside_compile = torch.compiler.disable(_fp8_linear)
 
 
+def _check_options(amax_history_length, margin, kernel) -> None:
+    """The C++ checks of the ranges, after the types: a bool or a float reached the binding as
+    pybind's "incompatible function arguments", or torch.zeros' complaint, naming no option."""
+    for name, value in (("amax_history_length", amax_history_length), ("margin", margin)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"fp8 {name} must be an int, got {value!r}")
+    if not isinstance(kernel, str):
+        raise TypeError(f"fp8 kernel must be a str ('auto', 'scaled_mm' or 'emulated'), got {kernel!r}")
+    _C._fp8_check_options(amax_history_length, margin, kernel)
+
+
 class Fp8Linear(nn.Module):
     """``nn.Linear`` computed in FP8: y = x W^T + b with x and W quantized e4m3, the output
     gradient e5m2, each with its own delayed scaling (the largest amax over the last
@@ -118,7 +129,7 @@ class Fp8Linear(nn.Module):
         for name, value in (("in_features", in_features), ("out_features", out_features)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Fp8Linear: {name} must be a positive int, got {value!r}")
-        _C._fp8_check_options(amax_history_length, margin, kernel)
+        _check_options(amax_history_length, margin, kernel)
         self.in_features, self.out_features = in_features, out_features
         self.amax_history_length, self.margin, self.kernel = amax_history_length, margin, kernel
         factory = {"device": device, "dtype": dtype}
@@ -134,7 +145,7 @@ class Fp8Linear(nn.Module):
         optimizer built over them keeps updating the model)."""
         layer = cls.__new__(cls)
         nn.Module.__init__(layer)
-        _C._fp8_check_options(amax_history_length, margin, kernel)
+        _check_options(amax_history_length, margin, kernel)
         layer.in_features, layer.out_features = linear.in_features, linear.out_features
         layer.amax_history_length, layer.margin, layer.kernel = amax_history_length, margin, kernel
         layer.weight = linear.weight
@@ -212,7 +223,7 @@ def convert_to_fp8(model: nn.Module, *, amax_history_length: int = 16, margin: i
     and why. ``module_filter_fn(module, qualified_name)`` returning False keeps a layer as it is
     (torchao's convention). ``model`` itself is never replaced: pass its parent to convert a bare
     Linear."""
-    _C._fp8_check_options(amax_history_length, margin, kernel)
+    _check_options(amax_history_length, margin, kernel)
     report = Fp8ConversionReport()
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):

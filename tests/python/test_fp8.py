@@ -162,6 +162,14 @@ def test_bad_input_is_a_clear_error():
         Fp8Linear(16, 16, amax_history_length=0)
     with pytest.raises(ValueError, match="margin must be between 0 and 64"):
         Fp8Linear(16, 16, margin=-1)
+    # A bool or a float named no option (torch.zeros' or pybind's complaint).
+    for options, message in (({"amax_history_length": True}, "amax_history_length must be an int, got True"),
+                             ({"amax_history_length": 2.0}, "amax_history_length must be an int, got 2.0"),
+                             ({"margin": 1.5}, "margin must be an int, got 1.5")):
+        with pytest.raises(TypeError, match=message):
+            Fp8Linear(16, 16, **options)
+        with pytest.raises(TypeError, match=message):
+            convert_to_fp8(nn.Sequential(nn.Linear(16, 16)), **options)
     with pytest.raises(ValueError, match="unknown fp8 matmul kernel 'fast'"):
         convert_to_fp8(nn.Sequential(nn.Linear(16, 16)), kernel="fast")
     with pytest.raises(ValueError, match="in_features must be a positive int, got 0"):
