@@ -79,7 +79,15 @@ std::string dtype_name(c10::ScalarType dtype) {
     case c10::ScalarType::Float8_e5m2: return "float8_e5m2";
     case c10::ScalarType::Float8_e4m3fnuz: return "float8_e4m3fnuz";
     case c10::ScalarType::Float8_e5m2fnuz: return "float8_e5m2fnuz";
-    default: return c10::toString(dtype);
+    case c10::ScalarType::ComplexHalf: return "complex32";
+    default: {
+      // The rest (qint8, quint4x2, uint16, float8_e8m0fnu, bits8, int4, ...) are c10's names in
+      // lower case, as torch prints them; c10's own spelling (QInt8, UInt16) is not torch's.
+      std::string name = c10::toString(dtype);
+      std::transform(name.begin(), name.end(), name.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      return name;
+    }
   }
 }
 

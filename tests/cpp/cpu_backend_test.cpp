@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace torchbridge {
@@ -117,6 +118,17 @@ TEST(CpuBackend, Bf16AndFp16AreListedOnlyWithHardwareSupport) {
   EXPECT_FALSE(listed(c10::ScalarType::Float8_e4m3fn));
   EXPECT_FALSE(info.features.fp8);
   EXPECT_FALSE(info.features.tf32);
+}
+
+// As torch prints them without "torch." (str(torch.complex32) etc.): c10's own spelling
+// (ComplexHalf, QInt8, UInt16) reached a device's supported dtypes in info and JSON before.
+TEST(DtypeNames, AreTorchsNames) {
+  const std::vector<std::pair<c10::ScalarType, std::string>> expected = {
+      {c10::ScalarType::ComplexHalf, "complex32"},       {c10::ScalarType::QInt8, "qint8"},
+      {c10::ScalarType::QUInt4x2, "quint4x2"},           {c10::ScalarType::UInt16, "uint16"},
+      {c10::ScalarType::Float8_e8m0fnu, "float8_e8m0fnu"}, {c10::ScalarType::Bits8, "bits8"},
+      {c10::ScalarType::BFloat16, "bfloat16"},           {c10::ScalarType::Char, "int8"}};
+  for (const auto& [dtype, name] : expected) EXPECT_EQ(dtype_name(dtype), name);
 }
 
 TEST(CpuBackend, MemoryStatsMatchProcfsAndGetrusage) {
