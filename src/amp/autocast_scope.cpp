@@ -39,7 +39,18 @@ AutocastScope::AutocastScope(c10::DeviceType device_type, AutocastOptions option
   TORCH_CHECK_VALUE(c10::isFloatingType(dtype_), "AutocastScope: dtype ", c10::toString(dtype_),
                     " is not a floating-point type (expected e.g. Half or BFloat16)");
 
-  at::autocast::set_autocast_enabled(device_type_, options.enabled);
+  // Off CUDA, torch.autocast autocasts to float16 and bfloat16 only (an SDK device's module
+  // lists the same two): another dtype warns and leaves autocast off, as torch does. Enabled with
+  // float64 or float32, the scope computed matmuls in that dtype instead of leaving them alone.
+  bool enabled = options.enabled;
+  const bool two_dtypes_only = device_type_ == c10::DeviceType::CPU || device_type_ == c10::DeviceType::XPU ||
+                               device_type_ == c10::DeviceType::MPS || device_type_ == c10::DeviceType::PrivateUse1;
+  if (enabled && two_dtypes_only && dtype_ != at::kHalf && dtype_ != at::kBFloat16) {
+    TORCH_WARN("AutocastScope: autocast on ", device_type_name(device_type_), " supports Half and BFloat16, not ",
+               c10::toString(dtype_), "; autocast is disabled in this scope, as torch.autocast disables it");
+    enabled = false;
+  }
+  at::autocast::set_autocast_enabled(device_type_, enabled);
   at::autocast::set_autocast_dtype(device_type_, dtype_);
   at::autocast::set_autocast_cache_enabled(options.cache_enabled.value_or(previous_cache_enabled_));
   at::autocast::increment_nesting();

@@ -128,6 +128,23 @@ TEST_P(AutocastScopeTest, ANonFloatingDtypeIsRefusedAndChangesNothing) {
   EXPECT_EQ(at::autocast::decrement_nesting(), 0);
 }
 
+// torch.autocast("cpu", dtype=torch.float64) warns and leaves autocast off (its matmul stays
+// float32); the scope turned it on and computed matmuls in float64.
+TEST_P(AutocastScopeTest, ADtypeAutocastDoesNotTakeWarnsAndLeavesItOffAsTorchDoes) {
+  const at::Tensor a = randn(), b = randn();
+  for (const at::ScalarType dtype : {at::kDouble, at::kFloat}) {
+    ::testing::internal::CaptureStderr();
+    {
+      AutocastScope scope(type(), {.dtype = dtype});
+      EXPECT_FALSE(at::autocast::is_autocast_enabled(type())) << c10::toString(dtype);
+      EXPECT_EQ(at::matmul(a, b).scalar_type(), at::kFloat);
+    }
+    const std::string warned = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(warned.find("supports Half and BFloat16, not " + std::string(c10::toString(dtype))), std::string::npos)
+        << warned;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, AutocastScopeTest, ::testing::Values("cpu", "emu"));
 
 TEST(AutocastScope, AnUnknownDeviceNameIsRefusedByName) {
