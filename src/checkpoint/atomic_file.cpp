@@ -121,12 +121,16 @@ void AtomicFile::commit() {
   // The rename is the commit point: before it the target is the old file, after it the new one.
   TORCH_CHECK(::rename(path_.c_str(), target_.c_str()) == 0, target_, ": rename failed: ", std::strerror(errno));
   committed_ = true;
-  const int dir = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  TORCH_CHECK(dir >= 0, target_, ": cannot open directory ", directory_, " to fsync it: ", std::strerror(errno));
+  fsync_directory(directory_);
+}
+
+void fsync_directory(const std::string& directory) {
+  const int dir = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  TORCH_CHECK(dir >= 0, directory, ": cannot open the directory to fsync it: ", std::strerror(errno));
   const bool synced = ::fsync(dir) == 0;
   const int sync_error = errno;
   ::close(dir);  // on the failure path too
-  TORCH_CHECK(synced, target_, ": fsync of directory ", directory_, " failed: ", std::strerror(sync_error));
+  TORCH_CHECK(synced, directory, ": fsync of the directory failed: ", std::strerror(sync_error));
 }
 
 }  // namespace torchbridge::checkpoint

@@ -12,6 +12,10 @@
 
 namespace torchbridge::checkpoint {
 
+// Makes the directory's entries (a rename into it, a new name) durable; a failure raises naming
+// the directory and the operating system's reason.
+void fsync_directory(const std::string& directory);
+
 class AtomicFile {
  public:
   explicit AtomicFile(const std::string& target);

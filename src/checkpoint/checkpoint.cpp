@@ -19,8 +19,6 @@
 namespace torchbridge::checkpoint {
 namespace {
 
-constexpr const char* kIndexSuffix = ".safetensors.index.json";
-
 bool is_directory(const std::string& path) {
   std::error_code error;
   return std::filesystem::is_directory(path, error);

@@ -1,15 +1,15 @@
 #include "checkpoint/staged_publish.h"
 
+#include "checkpoint/atomic_file.h"
+
 #include <torchbridge/checkpoint/checkpoint.h>
 #include <torchbridge/remove_tree.h>
 
 #include <c10/util/Exception.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -19,17 +19,7 @@
 namespace torchbridge::checkpoint {
 namespace {
 
-constexpr const char* kIndexSuffix = ".safetensors.index.json";
 constexpr const char* kPreviousPrefix = ".torchbridge-previous-";
-
-void fsync_directory(const std::string& directory) {
-  const int dir = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  TORCH_CHECK(dir >= 0, directory, ": cannot open the directory to fsync it: ", std::strerror(errno));
-  const bool synced = ::fsync(dir) == 0;
-  const int sync_error = errno;
-  ::close(dir);
-  TORCH_CHECK(synced, directory, ": fsync of the directory failed: ", std::strerror(sync_error));
-}
 
 void move(const std::string& from, const std::string& to, const char* what) {
   TORCH_CHECK(::rename(from.c_str(), to.c_str()) == 0, to, ": cannot move ", what, " into place: ",

@@ -11,6 +11,9 @@
 
 namespace torchbridge::checkpoint {
 
+// A sharded checkpoint's index is PREFIX + this ("model.safetensors.index.json").
+inline constexpr const char* kIndexSuffix = ".safetensors.index.json";
+
 // A directory beside the checkpoint's files where its new files are written; removed with whatever
 // it still holds when the write fails.
 class StagingDirectory {

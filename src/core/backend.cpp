@@ -1,6 +1,8 @@
 #include <torchbridge/backend.h>
 #include <torchbridge/version.h>
 
+#include "core/to_lower.h"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -80,14 +82,9 @@ std::string dtype_name(c10::ScalarType dtype) {
     case c10::ScalarType::Float8_e4m3fnuz: return "float8_e4m3fnuz";
     case c10::ScalarType::Float8_e5m2fnuz: return "float8_e5m2fnuz";
     case c10::ScalarType::ComplexHalf: return "complex32";
-    default: {
-      // The rest (qint8, quint4x2, uint16, float8_e8m0fnu, bits8, int4, ...) are c10's names in
-      // lower case, as torch prints them; c10's own spelling (QInt8, UInt16) is not torch's.
-      std::string name = c10::toString(dtype);
-      std::transform(name.begin(), name.end(), name.begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-      return name;
-    }
+    // The rest (qint8, quint4x2, uint16, float8_e8m0fnu, bits8, int4, ...) are c10's names in
+    // lower case, as torch prints them; c10's own spelling (QInt8, UInt16) is not torch's.
+    default: return detail::to_lower(c10::toString(dtype));
   }
 }
 

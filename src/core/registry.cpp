@@ -2,10 +2,11 @@
 
 #include <torchbridge/one_accelerator.h>
 
+#include "core/to_lower.h"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -13,11 +14,7 @@
 namespace torchbridge {
 namespace {
 
-std::string to_lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
+using detail::to_lower;
 
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -102,12 +99,7 @@ std::shared_ptr<Backend> BackendRegistry::create(const std::string& name) const 
 std::string BackendRegistry::detect_best_backend() const {
   // "auto" (any case) asks for detection, as the configuration's backend field documents it.
   const char* forced = std::getenv(kBackendEnvVar);
-  if (forced != nullptr) {
-    std::string lowered(forced);
-    std::transform(lowered.begin(), lowered.end(), lowered.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    if (lowered == "auto") forced = nullptr;
-  }
+  if (forced != nullptr && to_lower(forced) == "auto") forced = nullptr;
   if (forced != nullptr && *forced != '\0') {
     std::shared_ptr<Backend> backend;
     try {

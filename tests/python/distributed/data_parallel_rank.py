@@ -42,14 +42,21 @@ def fail(what):
     sys.exit(1)
 
 
-# CPU: ours against torch's DDP, each from a rank-dependent start (both take rank 0's weights).
-ours = tbd.DataParallel(model(100 + rank), group)
-theirs = torch.nn.parallel.DistributedDataParallel(model(100 + rank))
-train(ours, ours.parameters(), ours.backward, x, y)
-train(theirs, theirs.parameters(), lambda loss: loss.backward(), x, y)
-for a, b in zip(ours.module.parameters(), theirs.module.parameters()):
-    if not torch.equal(a, b):
-        fail(f"DataParallel differs from DistributedDataParallel by {(a - b).abs().max().item():.3g}")
+def trained_against_ddp(build, what=""):
+    """Ours and torch's DDP, each wrapping build() (a rank-dependent start: both take rank 0's
+    weights), trained alike on this rank's rows; their parameters must be equal bit for bit."""
+    ours = tbd.DataParallel(build(), group)
+    theirs = torch.nn.parallel.DistributedDataParallel(build())
+    train(ours, ours.parameters(), ours.backward, x, y)
+    train(theirs, theirs.parameters(), lambda loss: loss.backward(), x, y)
+    for a, b in zip(ours.module.parameters(), theirs.module.parameters()):
+        if not torch.equal(a, b):
+            fail(f"DataParallel{what} differs from DistributedDataParallel by {(a - b).abs().max().item():.3g}")
+    return ours, theirs
+
+
+# CPU: ours against torch's DDP.
+trained_against_ddp(lambda: model(100 + rank))
 
 # emu: through host memory, against one CPU process on the whole batch.
 on_emu = tbd.DataParallel(model(200 + rank).to("emu:0"), group)
@@ -84,13 +91,7 @@ def buffers_of(module):
     return torch.cat([b.detach().cpu().double().flatten() for b in module.buffers()])
 
 
-ours = tbd.DataParallel(normed_model(400 + rank), group)
-theirs = torch.nn.parallel.DistributedDataParallel(normed_model(400 + rank))
-train(ours, ours.parameters(), ours.backward, x, y)
-train(theirs, theirs.parameters(), lambda loss: loss.backward(), x, y)
-for a, b in zip(ours.module.parameters(), theirs.module.parameters()):
-    if not torch.equal(a, b):
-        fail(f"DataParallel with BatchNorm differs from DistributedDataParallel by {(a - b).abs().max().item():.3g}")
+ours, theirs = trained_against_ddp(lambda: normed_model(400 + rank), " with BatchNorm")
 theirs_on_rank_0 = buffers_of(theirs.module)
 dist.broadcast(theirs_on_rank_0, src=0)
 if not torch.equal(buffers_of(ours.module), theirs_on_rank_0):
