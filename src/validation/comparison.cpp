@@ -9,6 +9,11 @@
 namespace torchbridge::validation {
 namespace {
 
+// atol * sqrt(n): the part of the allowed error norm that does not scale with the reference.
+double absolute_allowance(const Comparison& comparison, const Bound& tolerance) {
+  return tolerance.atol * std::sqrt(static_cast<double>(comparison.elements));
+}
+
 // error / size, where a zero size makes any error infinitely large (and none zero), and NaN in
 // either stays NaN: a NaN result or reference must read as unknown, not as "infinitely wrong".
 double relative(double error, double size) {
@@ -56,15 +61,14 @@ bool within(const Comparison& comparison, const Bound& tolerance) {
 }
 
 double allowed_error_norm(const Comparison& comparison, const Bound& tolerance) {
-  return tolerance.atol * std::sqrt(static_cast<double>(comparison.elements)) +
-         tolerance.rtol * comparison.reference_norm;
+  return absolute_allowance(comparison, tolerance) + tolerance.rtol * comparison.reference_norm;
 }
 
 bool direction_is_checked(const Comparison& comparison, const Bound& tolerance) {
   // A reference no larger than the absolute tolerance is rounding noise (a gradient that is zero
   // in exact arithmetic, such as a bias just before batch norm, measured 8.9e-16 in float64): its
   // direction means nothing, and the error norm alone decides, as torch.testing's atol does.
-  return comparison.reference_norm > tolerance.atol * std::sqrt(static_cast<double>(comparison.elements));
+  return comparison.reference_norm > absolute_allowance(comparison, tolerance);
 }
 
 OutputCheck check_output(const at::Tensor& result, const at::Tensor& reference, Precision precision) {
