@@ -21,7 +21,6 @@ Differences from torch:
 
 import functools
 import math
-import operator
 import warnings
 
 import torch
@@ -29,6 +28,7 @@ from torch.utils import _pytree as pytree
 from torch.utils.checkpoint import noop_context_fn
 
 from . import _C
+from ._integer import as_integer
 from ._activation_offload import offload_activations  # noqa: F401  (re-exported)
 
 __all__ = ["OffloadedAdam", "OffloadedAdamW", "checkpoint", "checkpoint_sequential", "offload_activations"]
@@ -127,10 +127,7 @@ def checkpoint_sequential(functions, segments, input, use_reentrant=None, **kwar
     if isinstance(functions, torch.nn.Sequential):
         functions = list(functions.children())
     functions = list(functions)
-    try:  # any integer, as torch takes it (numpy's too), but not a bool
-        count = operator.index(segments) if not isinstance(segments, bool) else None
-    except TypeError:
-        count = None
+    count = as_integer(segments)  # any integer, as torch takes it (numpy's too)
     if count is None or not 1 <= count <= len(functions):
         raise ValueError(f"checkpoint_sequential: segments must be an int between 1 and the number of "
                          f"functions ({len(functions)}), got {segments!r}")

@@ -11,7 +11,6 @@ places and runs copies of the Python model when the C++ side asks.
 import copy
 import io
 import json
-import operator
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ import torch
 from torch.utils.dlpack import from_dlpack, to_dlpack
 
 from . import _C
+from ._integer import as_integer
 from ._outputs import flatten
 
 __all__ = ["UnifiedValidator", "ValidationResult", "builtin_model", "builtin_model_names"]
@@ -92,10 +92,8 @@ class UnifiedValidator:
             BackendFactory.create(name)  # raises naming the backend; loads SDK devices
         self.backends = list(backends)
         self.dtype = _check_precision(dtype)
-        try:  # any integer (numpy's too), checked here rather than as the binding's TypeError later
-            self.seed = operator.index(seed) if not isinstance(seed, bool) else None
-        except TypeError:
-            self.seed = None
+        # Any integer (numpy's too), checked here rather than as the binding's TypeError later.
+        self.seed = as_integer(seed)
         if self.seed is None or not 0 <= self.seed < 2**64:
             raise ValueError(f"seed must be an integer from 0 to 2**64 - 1, got {seed!r}")
 
@@ -142,21 +140,15 @@ def _inputs(input_shape, inputs, seed: int) -> "list[torch.Tensor]":
             if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
                 raise ValueError(f"inputs must be CPU tensors, got {t!r:.80}")
         return tensors
-    def integer(value):  # any integer (numpy's, a torch.Size's), not a bool; None otherwise
-        try:
-            return operator.index(value) if not isinstance(value, bool) else None
-        except TypeError:
-            return None
-
     try:
         entries = list(input_shape)
     except TypeError:
         raise ValueError(f"input_shape {input_shape!r} must be a shape such as (4, 16, 32), or a list of shapes") from None
-    shapes = [entries] if entries and all(integer(s) is not None for s in entries) else entries
+    shapes = [entries] if entries and all(as_integer(s) is not None for s in entries) else entries
     checked = []
     for shape in shapes:
         try:
-            sizes = [integer(s) for s in shape]
+            sizes = [as_integer(s) for s in shape]
         except TypeError:
             sizes = [None]
         if not sizes or any(size is None or size <= 0 for size in sizes):
