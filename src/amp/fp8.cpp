@@ -1,6 +1,7 @@
 // Delayed-scaling quantization and the FP8 matmul (include/torchbridge/amp/fp8.h).
 #include <torchbridge/amp/fp8.h>
 #include <torchbridge/device_info.h>
+#include <torchbridge/recomputation.h>
 #include <torchbridge/registry.h>
 
 #include <ATen/TensorOperators.h>
@@ -117,10 +118,40 @@ at::Tensor absolute_max(const at::Tensor& values) {
   return at::maximum(smallest.abs(), largest.abs()).to(at::kFloat);
 }
 
-// Steps 1 and 2 of quantize_delayed's contract; returns x * scale clamped to the format's range, in
-// float32, ready for the cast. An empty input has no amax: the state stays as it is.
-at::Tensor update_state_and_scale(const at::Tensor& input, Fp8Format format, const DelayedScalingOptions& options,
-                                  Fp8ScalingState& state) {
+// Steps 1 and 2 of quantize_delayed's contract: updates the state and returns the scale to use now
+// (the state's). An empty input has no amax: the state stays as it is.
+at::Tensor update_state(const at::Tensor& values, Fp8Format format, const DelayedScalingOptions& options,
+                        Fp8ScalingState& state) {
+  if (values.numel() > 0) {
+    const at::Tensor amax = absolute_max(values);
+    const at::Tensor history_max = state.amax_history.amax();
+    const at::Tensor amax_for_scale = at::where(history_max > 0, history_max, amax);
+    // fp8_max / (amax * 2^margin) as one IEEE division (a reciprocal-then-multiply rounds twice).
+    const at::Tensor candidate = at::ones_like(amax_for_scale)
+                                     .mul_(fp8_max(format))
+                                     .div_(amax_for_scale * std::ldexp(1.0, static_cast<int>(options.margin)));
+    const at::Tensor usable = (amax_for_scale > 0).logical_and(candidate.isfinite());
+    state.scale.copy_(at::where(usable, candidate, state.scale));
+
+    state.amax_history.copy_(at::roll(state.amax_history, 1));
+    state.amax_history.select(0, 0).copy_(at::where(amax.isfinite(), amax, at::zeros_like(amax)));
+  }
+  return state.scale;
+}
+
+// x * scale clamped to the format's range, in float32, ready for the cast to float8.
+at::Tensor scale_and_clamp(const at::Tensor& values, const at::Tensor& scale, Fp8Format format) {
+  // One float32 temporary, scaled and clamped in place: a float32 input is multiplied into a new
+  // tensor, any other is widened first. Either way the product is float32's, as the cast needs.
+  at::Tensor scaled = values.scalar_type() == at::kFloat ? values * scale : values.to(at::kFloat).mul_(scale);
+  return scaled.clamp_(-fp8_max(format), fp8_max(format));
+}
+
+// Checks the arguments, then updates the state, or, while activation checkpointing recomputes the
+// layer, takes the scale its forward pass used and leaves the state alone (recomputation.h).
+// Returns the scaled values and the scale they were scaled by.
+std::pair<at::Tensor, at::Tensor> scale_delayed(const at::Tensor& input, Fp8Format format,
+                                                const DelayedScalingOptions& options, Fp8ScalingState& state) {
   options.validate();
   TORCH_CHECK_VALUE(state.amax_history.defined() && state.amax_history.dim() == 1 &&
                         state.amax_history.size(0) == options.amax_history_length,
@@ -129,27 +160,12 @@ at::Tensor update_state_and_scale(const at::Tensor& input, Fp8Format format, con
                     state.amax_history.defined() ? state.amax_history.sizes().vec() : std::vector<int64_t>{});
   TORCH_CHECK_VALUE(input.is_floating_point() && !is_fp8(input),
                     "quantize_delayed: the input must be a float32/bf16/fp16 tensor, got ", input.scalar_type());
-  const double max_value = fp8_max(format);
   const at::Tensor values = input.detach();
-  if (values.numel() > 0) {
-    const at::Tensor amax = absolute_max(values);
-    const at::Tensor history_max = state.amax_history.amax();
-    const at::Tensor amax_for_scale = at::where(history_max > 0, history_max, amax);
-    // fp8_max / (amax * 2^margin) as one IEEE division (a reciprocal-then-multiply rounds twice).
-    const at::Tensor candidate = at::ones_like(amax_for_scale)
-                                     .mul_(max_value)
-                                     .div_(amax_for_scale * std::ldexp(1.0, static_cast<int>(options.margin)));
-    const at::Tensor usable = (amax_for_scale > 0).logical_and(candidate.isfinite());
-    state.scale.copy_(at::where(usable, candidate, state.scale));
-
-    state.amax_history.copy_(at::roll(state.amax_history, 1));
-    state.amax_history.select(0, 0).copy_(at::where(amax.isfinite(), amax, at::zeros_like(amax)));
-  }
-  // One float32 temporary, scaled and clamped in place: a float32 input is multiplied into a new
-  // tensor, any other is widened first. Either way the product is float32's, as the cast needs.
-  at::Tensor scaled = values.scalar_type() == at::kFloat ? values * state.scale
-                                                          : values.to(at::kFloat).mul_(state.scale);
-  return scaled.clamp_(-max_value, max_value);
+  const void* const state_key = state.amax_history.unsafeGetTensorImpl();
+  std::optional<at::Tensor> scale = recomputation::replay(state_key);
+  if (!scale) scale = update_state(values, format, options, state);
+  recomputation::record(state_key, *scale);  // for regions nested in the one recomputed, too
+  return {scale_and_clamp(values, *scale, format), *scale};
 }
 
 }  // namespace
@@ -184,8 +200,8 @@ Fp8ScalingState Fp8ScalingState::create(int64_t amax_history_length, c10::Device
 Fp8Tensor quantize_delayed(const at::Tensor& input, Fp8Format format, const DelayedScalingOptions& options,
                            Fp8ScalingState& state) {
   NoAutocast no_autocast(c10::autocast_dispatch_keyset);
-  at::Tensor data = update_state_and_scale(input, format, options, state).to(fp8_scalar_type(format));
-  return {std::move(data), state.scale.reciprocal()};
+  auto [scaled, scale] = scale_delayed(input, format, options, state);
+  return {scaled.to(fp8_scalar_type(format)), scale.reciprocal()};
 }
 
 at::Tensor quantize_delayed_into(const at::Tensor& data, const at::Tensor& input, Fp8Format format,
@@ -196,8 +212,9 @@ at::Tensor quantize_delayed_into(const at::Tensor& data, const at::Tensor& input
                     input.sizes(), " on ", input.device(), ", got ", describe(data));
   NoAutocast no_autocast(c10::autocast_dispatch_keyset);
   // copy_ converts float32 to float8 exactly as .to() does, straight into the caller's tensor.
-  data.copy_(update_state_and_scale(input, format, options, state));
-  return state.scale.reciprocal();
+  auto [scaled, scale] = scale_delayed(input, format, options, state);
+  data.copy_(scaled);
+  return scale.reciprocal();
 }
 
 const char* to_string(Fp8MatmulKernel kernel) {

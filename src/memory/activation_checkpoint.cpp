@@ -5,6 +5,8 @@
 
 #include "forward_context.h"
 
+#include <torchbridge/recomputation.h>
+
 #include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
 #include <c10/core/InferenceMode.h>
@@ -232,6 +234,9 @@ struct CheckpointRegion::State {
   uint64_t thread_id = 0;
   uint64_t first_sequence_nr = 0;
   bool finished = false;
+  recomputation::RecomputationRecord recorded_layer_state;  // what stateful layers (FP8) used in the forward pass
+  // Declared after the record it points to, so that it ends first.
+  std::optional<recomputation::RecomputationRecord::ForwardPass> forward_pass;
 };
 
 namespace {
@@ -272,6 +277,7 @@ class CheckpointBackward : public Node {
       if (state_->options.preserve_rng_state) random.emplace(state_->random_state);
       const auto autocast = detail::replay_autocast_state(state_->autocast_state);
       torch::autograd::AutoGradMode grad_mode(true);
+      const recomputation::RecomputationRecord::Recomputation replaying(state_->recorded_layer_state);
       recomputed = recompute_();
     }
     if (state_->options.check_recomputed_metadata) check_metadata(recomputed);
@@ -329,6 +335,7 @@ CheckpointRegion::CheckpointRegion(const std::vector<at::Tensor>& inputs, const 
   state_->autocast_state = detail::capture_autocast_state();
   state_->thread_id = at::RecordFunction::currentThreadId();
   state_->first_sequence_nr = at::sequence_number::peek();
+  state_->forward_pass.emplace(state_->recorded_layer_state);
 }
 
 CheckpointRegion::~CheckpointRegion() = default;
@@ -336,6 +343,7 @@ CheckpointRegion::~CheckpointRegion() = default;
 void CheckpointRegion::finish(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& attach_to,
                               Recompute recompute) {
   TORCH_CHECK(state_ && !state_->finished, "torchbridge checkpoint: CheckpointRegion::finish called twice");
+  state_->forward_pass.reset();
   TORCH_CHECK(at::RecordFunction::currentThreadId() == state_->thread_id,
               "torchbridge checkpoint: a region must finish on the thread it started on");
   TORCH_CHECK_VALUE(attach_to.size() == outputs.size(), "torchbridge checkpoint: ", outputs.size(),

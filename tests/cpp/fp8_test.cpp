@@ -7,6 +7,7 @@
 #include <torchbridge/amp/fp8_conversion.h>
 #include <torchbridge/amp/fp8_linear.h>
 #include <torchbridge/backend.h>
+#include <torchbridge/memory/activation_checkpoint.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/sdk/device.h>
 
@@ -407,6 +408,31 @@ TEST_P(Fp8LinearTest, ConvertedSequentialTrainsLikeFloat32) {
   // Both learned, and FP8's loss stays within 5% of float32's after 30 steps.
   EXPECT_LT(ref_loss, 1.0);
   EXPECT_NEAR(fp8_loss, ref_loss, 0.05 * ref_loss) << "float32 " << ref_loss << ", fp8 " << fp8_loss;
+}
+
+// Activation checkpointing recomputes the layer during backward. The recomputation must quantize
+// with the scales the forward pass used and leave the scaling state alone: before, it moved the
+// scales again, the backward pass differentiated other numbers, and every amax was recorded twice.
+TEST_P(Fp8LinearTest, CheckpointingChangesNoGradientAndRecordsEachStepOnce) {
+  at::manual_seed(4);
+  Fp8Linear plain(Fp8LinearOptions(32, 32));
+  Fp8Linear checkpointed(Fp8LinearOptions(32, 32));
+  checkpointed->weight.data().copy_(plain->weight.detach());
+  checkpointed->bias.data().copy_(plain->bias.detach());
+  plain->to(device());
+  checkpointed->to(device());
+  for (int step = 0; step < 3; ++step) {
+    const at::Tensor x = (at::randn({8, 32}) * (step + 1)).to(device());
+    plain->zero_grad();
+    checkpointed->zero_grad();
+    plain(x).square().sum().backward();
+    memory::checkpoint([&](const at::Tensor& input) { return checkpointed(input); }, x).square().sum().backward();
+    EXPECT_TRUE(at::equal(checkpointed->weight.grad(), plain->weight.grad())) << "step " << step;
+    EXPECT_TRUE(at::equal(checkpointed->bias.grad(), plain->bias.grad())) << "step " << step;
+  }
+  EXPECT_TRUE(at::equal(checkpointed->input_scaling.amax_history, plain->input_scaling.amax_history));
+  EXPECT_TRUE(at::equal(checkpointed->weight_scaling.scale, plain->weight_scaling.scale));
+  EXPECT_EQ(at::count_nonzero(checkpointed->input_scaling.amax_history).item<int64_t>(), 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Fp8LinearTest, ::testing::Values("cpu", "emu"));

@@ -237,3 +237,82 @@ print("ok")
 """
     run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]
+
+
+def _train_side_by_side(plain, checkpointed, run_plain, run_checkpointed, device, steps=3):
+    """Trains both copies with the same batches (growing, so every step moves the scales) and
+    asserts after each step that their gradients are bit-identical."""
+    plain_optimizer = torch.optim.SGD(plain.parameters(), lr=0.1)
+    checkpointed_optimizer = torch.optim.SGD(checkpointed.parameters(), lr=0.1)
+    for step in range(steps):
+        x = torch.randn(8, 32, device=device) * (step + 1)
+        for model, run, optimizer in ((plain, run_plain, plain_optimizer),
+                                      (checkpointed, run_checkpointed, checkpointed_optimizer)):
+            optimizer.zero_grad()
+            run(model, x).square().sum().backward()
+        for (name, p), q in zip(plain.named_parameters(), checkpointed.parameters()):
+            assert torch.equal(p.grad, q.grad), f"step {step}: {name}'s gradient differs under checkpointing"
+        plain_optimizer.step()
+        checkpointed_optimizer.step()
+
+
+def _two_fp8_layers(device):
+    torch.manual_seed(0)
+    return nn.Sequential(Fp8Linear(32, 32, device=device), nn.GELU(), Fp8Linear(32, 32, device=device))
+
+
+REGION_LAYOUTS = {
+    "one region": lambda model, x: torchbridge.memory.checkpoint(model, x, use_reentrant=False),
+    "nested regions": lambda model, x: torchbridge.memory.checkpoint(
+        lambda h: model[2](torchbridge.memory.checkpoint(lambda g: model[1](model[0](g)), h, use_reentrant=False)),
+        x, use_reentrant=False),
+    "a layer called twice in its region": lambda model, x: torchbridge.memory.checkpoint(
+        lambda h: model[2](model[1](model[2](model[1](model[0](h))))), x, use_reentrant=False),
+}
+PLAIN_LAYOUTS = {
+    "one region": lambda model, x: model(x),
+    "nested regions": lambda model, x: model(x),
+    "a layer called twice in its region": lambda model, x: model[2](model[1](model[2](model[1](model[0](x))))),
+}
+
+
+@pytest.mark.parametrize("layout", list(REGION_LAYOUTS))
+@pytest.mark.parametrize("device", DEVICES)
+def test_checkpointing_fp8_layers_changes_no_gradient_and_records_each_step_once(device, layout):
+    # The recomputation used to quantize again with the scale the forward pass had just moved, and
+    # recorded every amax twice: gradients 5.6 apart after three steps, histories of doubled entries.
+    plain = _two_fp8_layers(device)
+    checkpointed = _two_fp8_layers(device)
+    _train_side_by_side(plain, checkpointed, PLAIN_LAYOUTS[layout], REGION_LAYOUTS[layout], device)
+    for (name, expected), actual in zip(plain.named_buffers(), checkpointed.buffers()):
+        assert torch.equal(expected, actual), f"{name} differs under checkpointing"
+    history = checkpointed[0].input_amax_history
+    assert torch.count_nonzero(history).item() == 3, "three steps record three input amaxes"
+
+
+def test_a_checkpointed_fp8_region_backpropagated_twice_gives_the_plain_gradients_twice():
+    plain, checkpointed = _two_fp8_layers("cpu"), _two_fp8_layers("cpu")
+    x = torch.randn(8, 32)
+    plain_loss = plain(x).square().sum()
+    checkpointed_loss = torchbridge.memory.checkpoint(checkpointed, x, use_reentrant=False).square().sum()
+    for _ in range(2):  # the second backward recomputes the region again, replaying from the start
+        plain_loss.backward(retain_graph=True)
+        checkpointed_loss.backward(retain_graph=True)
+        for p, q in zip(plain.parameters(), checkpointed.parameters()):
+            assert torch.equal(p.grad, q.grad)
+    for expected, actual in zip(plain.buffers(), checkpointed.buffers()):
+        assert torch.equal(expected, actual)
+
+
+def test_a_region_that_runs_an_fp8_layer_more_often_when_recomputed_is_a_clear_error():
+    layer = Fp8Linear(16, 16)
+    calls = []
+
+    def region(x):
+        calls.append(None)
+        return layer(x) if len(calls) == 1 else layer(layer(x))
+
+    y = torchbridge.memory.checkpoint(region, torch.randn(4, 16), use_reentrant=False)
+    with pytest.raises(RuntimeError, match=r"ran 2 time\(s\) while its region was recomputed but 1 time\(s\) in the "
+                                           r"forward pass"):
+        y.sum().backward()

@@ -62,6 +62,9 @@ struct Fp8Tensor {
 //  3. data = clamp(input * scale, -fp8_max, fp8_max) cast to float8 (saturating, as TE does).
 // An empty input (a batch of no tokens) leaves the state as it is and gives empty data.
 // Autocast does not apply inside. The history's length must match options.amax_history_length.
+// While activation checkpointing recomputes a region, steps 1 and 2 do not run: the state stays as
+// it is and step 3 uses the scale this state had in the region's forward pass, so the backward
+// pass sees the forward's numbers and every step is recorded once (torchbridge/recomputation.h).
 Fp8Tensor quantize_delayed(const at::Tensor& input, Fp8Format format, const DelayedScalingOptions& options,
                            Fp8ScalingState& state);
 
