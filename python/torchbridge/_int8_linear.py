@@ -9,6 +9,8 @@ matmul, which is why the plan applies this only when the precision is bf16 (READ
 
 import torch
 
+from ._module_swap import replace_layers
+
 _INT8_MAX = 127
 # torch's CPU _weight_int8pack_mm handles in_features in multiples of 16 only. Otherwise, measured
 # with torch 2.13 on the development VM, it killed the process (SIGSEGV at 17, 24, 60, 63, 100) or,
@@ -60,18 +62,20 @@ class Int8WeightOnlyLinear(torch.nn.Module):
 
 def quantize_linear_weights(model: torch.nn.Module,
                             compute_dtype: torch.dtype) -> "tuple[list[str], list[tuple[str, str]]]":
-    """Replaces every nn.Linear of ``model`` the kernel can run, in place; returns the qualified
-    names replaced and, for the others, (name, why not)."""
+    """Replaces every nn.Linear of ``model`` the kernel can run, in place (one replacement at every
+    name a layer is registered under); returns the qualified names replaced (each layer's first)
+    and, for the others, (name, why not)."""
     replaced, skipped = [], []
-    for parent_name, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
-            if type(child) is not torch.nn.Linear:  # subclasses may change forward: left alone
-                continue
-            name = f"{parent_name}.{child_name}" if parent_name else child_name
-            reason = unsupported_reason(child)
-            if reason is not None:
-                skipped.append((name, reason))
-                continue
-            setattr(parent, child_name, Int8WeightOnlyLinear(child, compute_dtype))
-            replaced.append(name)
+
+    def replacement_for(name, parent, child):
+        if type(child) is not torch.nn.Linear:  # subclasses may change forward: left alone
+            return None
+        reason = unsupported_reason(child)
+        if reason is not None:
+            skipped.append((name, reason))
+            return None
+        replaced.append(name)
+        return Int8WeightOnlyLinear(child, compute_dtype)
+
+    replace_layers(model, replacement_for)
     return replaced, skipped

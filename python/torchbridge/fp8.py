@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from . import _C
+from ._module_swap import replace_layers
 
 __all__ = ["Fp8Linear", "Fp8ConversionReport", "convert_to_fp8", "matmul_kernel"]
 
@@ -192,14 +193,17 @@ class Fp8Linear(nn.Module):
 @dataclass(frozen=True)
 class Fp8ConversionReport:
     """What ``convert_to_fp8`` did: ``converted`` holds (name, in_features, out_features),
-    ``skipped`` holds (name, reason)."""
+    ``skipped`` holds (name, reason), ``aliases`` holds (name, converted name) for each further
+    name a converted layer is registered under, which now holds the same ``Fp8Linear``."""
 
     converted: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
+    aliases: list = field(default_factory=list)
 
     def summary(self) -> str:
         lines = [f"fp8 conversion: {len(self.converted)} Linear layer(s) converted, {len(self.skipped)} skipped"]
         lines += [f"  converted {name} ({fan_in} -> {fan_out})" for name, fan_in, fan_out in self.converted]
+        lines += [f"  {name} is {first}, converted with it" for name, first in self.aliases]
         lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped]
         return "\n".join(lines)
 
@@ -220,23 +224,24 @@ def convert_to_fp8(model: nn.Module, *, amax_history_length: int = 16, margin: i
                    module_filter_fn: Optional[Callable[[nn.Module, str], bool]] = None) -> Fp8ConversionReport:
     """Replaces, in place, every ``nn.Linear`` of ``model`` whose in/out features are multiples of
     16 by an ``Fp8Linear`` sharing its parameters, and reports what it converted and what it left
-    and why. ``module_filter_fn(module, qualified_name)`` returning False keeps a layer as it is
+    and why. A Linear registered under several names (two parents sharing it, or an alias) is
+    decided once, at its first name, and the one ``Fp8Linear`` takes its place at all of them. ``module_filter_fn(module, qualified_name)`` returning False keeps a layer as it is
     (torchao's convention). ``model`` itself is never replaced: pass its parent to convert a bare
     Linear."""
     _check_options(amax_history_length, margin, kernel)
     report = Fp8ConversionReport()
-    for parent_name, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
-            if not isinstance(child, nn.Linear):
-                continue
-            name = f"{parent_name}.{child_name}" if parent_name else child_name
-            reason = _skip_reason(parent, child)
-            if reason is None and module_filter_fn is not None and not module_filter_fn(child, name):
-                reason = "excluded by module_filter_fn"
-            if reason is not None:
-                report.skipped.append((name, reason))
-                continue
-            setattr(parent, child_name, Fp8Linear.from_linear(child, amax_history_length=amax_history_length,
-                                                              margin=margin, kernel=kernel))
-            report.converted.append((name, child.in_features, child.out_features))
+
+    def replacement_for(name, parent, child):
+        if not isinstance(child, nn.Linear):
+            return None
+        reason = _skip_reason(parent, child)
+        if reason is None and module_filter_fn is not None and not module_filter_fn(child, name):
+            reason = "excluded by module_filter_fn"
+        if reason is not None:
+            report.skipped.append((name, reason))
+            return None
+        report.converted.append((name, child.in_features, child.out_features))
+        return Fp8Linear.from_linear(child, amax_history_length=amax_history_length, margin=margin, kernel=kernel)
+
+    report.aliases.extend(replace_layers(model, replacement_for))
     return report

@@ -316,3 +316,42 @@ def test_a_region_that_runs_an_fp8_layer_more_often_when_recomputed_is_a_clear_e
     with pytest.raises(RuntimeError, match=r"ran 2 time\(s\) while its region was recomputed but 1 time\(s\) in the "
                                            r"forward pass"):
         y.sum().backward()
+
+
+class _AliasedAndShared(nn.Module):
+    """One Linear registered twice by this module (``fc`` and ``alias``) and one shared by two blocks."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 32)
+        self.alias = self.fc
+        shared = nn.Linear(32, 32)
+        self.first, self.second = nn.Sequential(shared, nn.GELU()), nn.Sequential(shared)
+
+    def forward(self, x):
+        return self.second(self.first(self.alias(self.fc(x))))
+
+
+def test_a_linear_registered_under_several_names_becomes_one_fp8_layer_at_all_of_them():
+    # named_children gives a module once: the alias kept calling the float32 Linear while the
+    # report said converted, and the shared Linear became two layers with two scaling states.
+    model = _AliasedAndShared()
+    report = convert_to_fp8(model)
+    assert [name for name, _, _ in report.converted] == ["fc", "first.0"]
+    assert report.aliases == [("alias", "fc"), ("second.0", "first.0")]
+    assert "alias is fc, converted with it" in report.summary()
+    assert isinstance(model.fc, Fp8Linear) and model.alias is model.fc
+    assert isinstance(model.first[0], Fp8Linear) and model.second[0] is model.first[0]
+    model(torch.randn(4, 32)).sum().backward()
+    # Every call went through the FP8 layers: two calls each, two amaxes recorded each.
+    assert torch.count_nonzero(model.fc.input_amax_history).item() == 2
+    assert torch.count_nonzero(model.first[0].input_amax_history).item() == 2
+
+
+def test_the_int8_step_puts_one_quantized_layer_at_every_name_of_a_linear():
+    from torchbridge._int8_linear import Int8WeightOnlyLinear, quantize_linear_weights
+    model = _AliasedAndShared().eval()
+    replaced, skipped = quantize_linear_weights(model, torch.bfloat16)
+    assert replaced == ["fc", "first.0"] and skipped == []
+    assert isinstance(model.alias, Int8WeightOnlyLinear) and model.alias is model.fc
+    assert isinstance(model.second[0], Int8WeightOnlyLinear) and model.second[0] is model.first[0]
