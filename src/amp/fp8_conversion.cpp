@@ -7,7 +7,9 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -21,70 +23,107 @@ std::string qualified(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
-constexpr std::size_t kNotAnElement = static_cast<std::size_t>(-1);
+// Where a Sequential calls `child`: every position of its element list holding it.
+struct ElementPositions {
+  torch::nn::SequentialImpl* sequential;
+  std::vector<std::size_t> positions;
+};
 
-// The position of `child` in `sequential`'s element list (which it calls in forward).
-std::size_t element_index(const torch::nn::SequentialImpl* sequential, const torch::nn::Module* child) {
-  for (std::size_t i = 0; sequential && i < sequential->size(); ++i) {
-    if (sequential->ptr(i).get() == child) return i;
+void set_elements(const std::vector<ElementPositions>& elements, const torch::nn::AnyModule& element) {
+  for (const ElementPositions& held : elements) {
+    for (std::size_t i : held.positions) *(held.sequential->begin() + static_cast<std::ptrdiff_t>(i)) = element;
   }
-  return kNotAnElement;
 }
 
-void set_element(torch::nn::SequentialImpl* sequential, std::size_t index, torch::nn::AnyModule element) {
-  if (index != kNotAnElement) *(sequential->begin() + static_cast<std::ptrdiff_t>(index)) = std::move(element);
+// One name a Linear is registered under: `parent`'s child `name`, qualified as `full_name`.
+struct Registration {
+  torch::nn::Module* parent;
+  std::string name;
+  std::string full_name;
+};
+
+// Every Linear under `parent`, each with all its registrations, in the order first met. A Linear
+// registered twice (an alias, or one layer shared by two parents) is one entry: it must become one
+// Fp8Linear at every name, or the other names keep calling the old layer.
+void find_linears(torch::nn::Module& parent, const std::string& prefix,
+                  std::vector<std::pair<const torch::nn::LinearImpl*, std::vector<Registration>>>& found) {
+  for (const auto& item : parent.named_children()) {
+    const std::string full_name = qualified(prefix, item.key());
+    const auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(item.value().get());
+    if (!linear) {
+      find_linears(*item.value(), full_name, found);
+      continue;
+    }
+    auto entry = std::find_if(found.begin(), found.end(), [&](const auto& known) { return known.first == linear; });
+    if (entry == found.end()) entry = found.insert(found.end(), {linear, {}});
+    const bool known = std::any_of(entry->second.begin(), entry->second.end(), [&](const Registration& r) {
+      return r.parent == &parent && r.name == item.key();  // a shared parent met again under another prefix
+    });
+    if (!known) entry->second.push_back({&parent, item.key(), full_name});
+  }
 }
 
-// Puts `replacement` where `parent` calls its child `name`, then checks the old layer is gone. If
-// anything else still holds it, the swap is undone (the model would keep calling the old layer)
-// and false is returned.
-bool swap_in(torch::nn::Module& parent, const std::string& name, std::shared_ptr<torch::nn::LinearImpl> linear,
+// Puts `module` where the parents call it: at each registration, and in the element lists.
+void put(const std::vector<Registration>& registrations, const std::vector<ElementPositions>& elements,
+         const std::shared_ptr<torch::nn::Module>& module, const torch::nn::AnyModule& element) {
+  set_elements(elements, element);
+  for (const Registration& r : registrations) r.parent->replace_module(r.name, module);
+}
+
+// Puts `replacement` at every name `linear` is registered under, then checks the old layer is
+// gone. If anything else still holds it, the swap is undone (the model would keep calling the old
+// layer) and false is returned.
+bool swap_in(const std::vector<Registration>& registrations, std::shared_ptr<torch::nn::LinearImpl> linear,
              const Fp8Linear& replacement) {
-  auto* sequential = dynamic_cast<torch::nn::SequentialImpl*>(&parent);
-  const std::size_t position = element_index(sequential, linear.get());
+  std::vector<ElementPositions> elements;
+  for (const Registration& r : registrations) {
+    auto* sequential = dynamic_cast<torch::nn::SequentialImpl*>(r.parent);
+    const bool seen = std::any_of(elements.begin(), elements.end(),
+                                  [&](const ElementPositions& held) { return held.sequential == sequential; });
+    if (!sequential || seen) continue;
+    ElementPositions held{sequential, {}};
+    for (std::size_t i = 0; i < sequential->size(); ++i) {
+      if (sequential->ptr(i).get() == linear.get()) held.positions.push_back(i);
+    }
+    elements.push_back(std::move(held));
+  }
   const std::weak_ptr<torch::nn::LinearImpl> old = linear;
   linear.reset();
-  set_element(sequential, position, torch::nn::AnyModule(replacement));
-  parent.replace_module(name, replacement.ptr());
+  put(registrations, elements, replacement.ptr(), torch::nn::AnyModule(replacement));
   if (old.expired()) return true;
 
   std::shared_ptr<torch::nn::LinearImpl> still_held = old.lock();
-  parent.replace_module(name, still_held);
-  set_element(sequential, position, torch::nn::AnyModule(still_held));
+  put(registrations, elements, still_held, torch::nn::AnyModule(still_held));
   return false;
 }
 
-void convert_children(torch::nn::Module& parent, const std::string& prefix, const Fp8ConversionOptions& options,
-                      Fp8ConversionReport& report) {
-  std::vector<std::string> names;
-  for (const auto& item : parent.named_children()) names.push_back(item.key());
-  for (const std::string& name : names) {
-    std::shared_ptr<torch::nn::Module> child = parent.named_children()[name];
-    const std::string full_name = qualified(prefix, name);
-    auto linear = std::dynamic_pointer_cast<torch::nn::LinearImpl>(child);
-    if (!linear) {
-      convert_children(*child, full_name, options, report);
-      continue;
-    }
-    child.reset();
+void convert_linears(torch::nn::Module& model, const Fp8ConversionOptions& options, Fp8ConversionReport& report) {
+  std::vector<std::pair<const torch::nn::LinearImpl*, std::vector<Registration>>> found;
+  find_linears(model, "", found);
+  for (const auto& [address, registrations] : found) {
+    const Registration& first = registrations.front();
+    auto linear = std::dynamic_pointer_cast<torch::nn::LinearImpl>(first.parent->named_children()[first.name]);
     const int64_t in_features = linear->options.in_features(), out_features = linear->options.out_features();
     if (in_features % 16 != 0 || out_features % 16 != 0) {
-      report.skipped.push_back({full_name, "in_features " + std::to_string(in_features) + " and out_features " +
-                                               std::to_string(out_features) +
-                                               " must both be multiples of 16 for the FP8 matmul"});
+      report.skipped.push_back({first.full_name, "in_features " + std::to_string(in_features) +
+                                                     " and out_features " + std::to_string(out_features) +
+                                                     " must both be multiples of 16 for the FP8 matmul"});
       continue;
     }
-    if (options.filter && !options.filter(full_name, *linear)) {
-      report.skipped.push_back({full_name, "excluded by the filter"});
+    if (options.filter && !options.filter(first.full_name, *linear)) {
+      report.skipped.push_back({first.full_name, "excluded by the filter"});
       continue;
     }
     Fp8Linear replacement(*linear, options.scaling, options.kernel);
     replacement->train(linear->is_training());
-    if (swap_in(parent, name, std::move(linear), replacement)) {
-      report.converted.push_back({full_name, in_features, out_features});
+    if (swap_in(registrations, std::move(linear), replacement)) {
+      report.converted.push_back({first.full_name, in_features, out_features});
+      for (std::size_t i = 1; i < registrations.size(); ++i) {
+        report.aliases.push_back({registrations[i].full_name, first.full_name});
+      }
     } else {
       report.skipped.push_back(
-          {full_name,
+          {first.full_name,
            "the parent also holds it outside its registry (a member ModuleHolder, a ModuleList, or another "
            "reference), so the model would keep calling the torch::nn::Linear; construct an Fp8Linear there "
            "instead, or keep the layers in a torch::nn::Sequential"});
@@ -100,6 +139,7 @@ std::string Fp8ConversionReport::summary() const {
   for (const Converted& layer : converted) {
     text << "  converted " << layer.name << " (" << layer.in_features << " -> " << layer.out_features << ")\n";
   }
+  for (const Alias& layer : aliases) text << "  " << layer.name << " is " << layer.converted_name << ", converted with it\n";
   for (const Skipped& layer : skipped) text << "  skipped " << layer.name << ": " << layer.reason << "\n";
   return text.str();
 }
@@ -107,7 +147,7 @@ std::string Fp8ConversionReport::summary() const {
 Fp8ConversionReport convert_to_fp8(torch::nn::Module& model, const Fp8ConversionOptions& options) {
   options.scaling.validate();
   Fp8ConversionReport report;
-  convert_children(model, "", options, report);
+  convert_linears(model, options, report);
   return report;
 }
 

@@ -554,6 +554,41 @@ TEST(Fp8Conversion, ReportsWhatItCouldNotConvertAndWhy) {
   EXPECT_EQ(model.named_children()["hidden"].get(), model.hidden.ptr().get());
 }
 
+// A Linear at two positions of one Sequential and shared by two Sequentials: before, the first
+// name's swap found the layer still held by its other registration, undid itself, and reported
+// the layer as held outside the registry.
+TEST(Fp8Conversion, ALinearRegisteredUnderSeveralNamesBecomesOneFp8LinearAtAllOfThem) {
+  torch::nn::Linear twice(16, 16), shared(16, 32);
+  torch::nn::Sequential repeated(twice, torch::nn::ReLU(), twice);
+  torch::nn::Sequential first(shared), second(torch::nn::ReLU(), shared);
+  torch::nn::Module model;
+  model.register_module("repeated", repeated);
+  model.register_module("first", first);
+  model.register_module("second", second);
+  twice = nullptr;  // only the model holds the layers now
+  shared = nullptr;
+
+  const Fp8ConversionReport report = convert_to_fp8(model);
+  ASSERT_EQ(report.converted.size(), 2u) << report.summary();
+  EXPECT_EQ(report.converted[0].name, "repeated.0");
+  EXPECT_EQ(report.converted[1].name, "first.0");
+  EXPECT_TRUE(report.skipped.empty()) << report.summary();
+  ASSERT_EQ(report.aliases.size(), 2u);
+  EXPECT_EQ(report.aliases[0].name, "repeated.2");
+  EXPECT_EQ(report.aliases[1].name, "second.1");
+  EXPECT_NE(report.summary().find("second.1 is first.0, converted with it"), std::string::npos) << report.summary();
+
+  // One Fp8Linear at every name, in the registries and in the element lists forward calls.
+  EXPECT_NE(repeated->ptr(0)->as<Fp8LinearImpl>(), nullptr);
+  EXPECT_EQ(repeated->ptr(0).get(), repeated->ptr(2).get());
+  EXPECT_EQ(repeated->named_children()["2"].get(), repeated->ptr(0).get());
+  EXPECT_EQ(second->ptr(1).get(), first->ptr(0).get());
+  EXPECT_EQ(model.named_children()["second"]->named_children()["1"].get(), first->ptr(0).get());
+  repeated->forward(at::randn({4, 16}));
+  const auto* layer = repeated->ptr(0)->as<Fp8LinearImpl>();
+  EXPECT_EQ(at::count_nonzero(layer->input_scaling.amax_history).item<int64_t>(), 2);  // both calls in FP8
+}
+
 TEST(Fp8Conversion, KeepsParametersSoAnExistingOptimizerStillUpdatesTheModel) {
   torch::nn::Sequential model(torch::nn::Linear(16, 16), torch::nn::ReLU(), torch::nn::Linear(16, 32));
   torch::optim::SGD optimizer(model->parameters(), 0.1);

@@ -7,7 +7,8 @@
 // A Linear is converted when in_features and out_features are multiples of 16 (the granularity
 // of the FP8 matrix units and of _scaled_mm) and the optional filter accepts it. The new layer
 // takes over the Linear's parameter tensors, so optimizers built before the conversion still
-// update the model.
+// update the model. A Linear registered under several names (an alias, or one layer shared by two
+// parents) is decided once, at its first name, and becomes one Fp8Linear at every name.
 //
 // LibTorch modules call their children through member holders (`fc1(x)`), not through the
 // registry, so a registered child can only be swapped where the registry is the only holder, or
@@ -46,8 +47,15 @@ struct Fp8ConversionReport {
     std::string name;
     std::string reason;
   };
+  // A further name a converted layer is registered under (an alias, or a second parent sharing
+  // it), which now holds the same Fp8Linear as `converted_name`.
+  struct Alias {
+    std::string name;
+    std::string converted_name;
+  };
   std::vector<Converted> converted;
   std::vector<Skipped> skipped;
+  std::vector<Alias> aliases;
 
   // One line per layer: "converted encoder.0 (768 -> 3072)" / "skipped head: ...".
   std::string summary() const;
