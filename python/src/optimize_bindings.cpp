@@ -41,6 +41,7 @@ ModelTraits traits_from_json(const std::string& text) {
   traits.has_linear = j.at("has_linear").get<bool>();
   traits.optimizer = j.at("optimizer").get<std::string>();
   traits.has_example_inputs = j.at("has_example_inputs").get<bool>();
+  traits.has_block_container = j.at("has_block_container").get<bool>();
   return traits;
 }
 

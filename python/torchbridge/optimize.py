@@ -93,6 +93,7 @@ def _model_traits(model: torch.nn.Module, optimizer, example_inputs=None) -> dic
         or (isinstance(model, torch.jit.ScriptModule) and "Conv2d" in str(model.graph)),
         "has_linear": any(type(m) is torch.nn.Linear for m in modules),
         "optimizer": "" if optimizer is None else type(optimizer).__name__,
+        "has_block_container": _block_container(model) is not None,
     }
 
 
@@ -257,7 +258,7 @@ class UnifiedManager:
 
     def _autocast_dtype(self):
         traits = {"torchscript": False, "has_convolutions": False, "has_linear": False, "optimizer": "",
-                  "has_example_inputs": False}
+                  "has_example_inputs": False, "has_block_container": False}
         for step in json.loads(self._native.plan_json(json.dumps(traits))):
             if step["name"] == "autocast" and step["apply"]:
                 return getattr(torch, step["argument"])
@@ -274,9 +275,8 @@ class UnifiedManager:
             torch.backends.cudnn.deterministic = True
         elif name == "activation_checkpointing":
             blocks = _checkpoint_blocks(model)
-            if blocks is None:
-                return model, optimizer, ("no nn.Sequential or nn.ModuleList of two or more blocks to checkpoint; "
-                                          "call torchbridge.memory.checkpoint in the model's forward"), None
+            if blocks is None:  # the plan applies the step only to models with a block container
+                raise RuntimeError("the optimization plan checkpoints blocks of a model that has none")
             return model, optimizer, None, f"{blocks[1]} blocks of '{blocks[0] or type(model).__name__}' checkpointed"
         elif name == "tf32":
             torch.backends.cuda.matmul.allow_tf32 = True
@@ -334,11 +334,20 @@ def _checkpoint_blocks(model) -> "tuple[str, int] | None":
     None when the model has no such container."""
     from . import memory
 
+    found = _block_container(model)
+    if found is None:
+        return None
+    name, container = found
+    for block in container:
+        wrap_forward(block, lambda forward: _checkpointed_forward(forward, memory.checkpoint))
+    return name, len(container)
+
+
+def _block_container(model) -> "tuple[str, torch.nn.Module] | None":
+    """The model's first nn.Sequential or nn.ModuleList of two or more blocks, with its name."""
     for name, container in model.named_modules():
         if isinstance(container, (torch.nn.Sequential, torch.nn.ModuleList)) and len(container) >= 2:
-            for block in container:
-                wrap_forward(block, lambda forward: _checkpointed_forward(forward, memory.checkpoint))
-            return name, len(container)
+            return name, container
     return None
 
 

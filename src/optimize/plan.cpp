@@ -164,7 +164,12 @@ class Planner {
       add("activation_checkpointing", OptLevel::O0, false,
           "a TorchScript module's forward is compiled and cannot be split into regions; checkpoint inside the "
           "scripted code's caller (torchbridge::memory::checkpoint)");
+    } else if (model_.python && !model_.has_block_container) {
+      add("activation_checkpointing", OptLevel::O0, false,
+          "no nn.Sequential or nn.ModuleList of two or more blocks to checkpoint; call torchbridge.memory.checkpoint "
+          "in the model's forward");
     } else {
+      checkpointing_ = true;
       add("activation_checkpointing", OptLevel::O0, true,
           "each block's activations are recomputed in backward instead of kept (torchbridge::memory::checkpoint)");
     }
@@ -173,7 +178,7 @@ class Planner {
   void plan_compile(bool int8) {
     if (!config_.compile) {
       add("compile", OptLevel::O2, false, "compile is off in the configuration");
-    } else if (config_.activation_checkpointing && config_.training && !model_.torchscript) {
+    } else if (checkpointing_) {
       add("compile", OptLevel::O2, false,
           "activation checkpointing runs through TorchBridge's own autograd node, which torch.compile cannot "
           "trace; turn one of them off");
@@ -231,6 +236,7 @@ class Planner {
   Precision precision_;
   const ModelTraits& model_;
   std::vector<PlannedStep> steps_;
+  bool checkpointing_ = false;  // the activation_checkpointing step applies (it keeps compile off)
 };
 
 }  // namespace

@@ -95,12 +95,18 @@ TEST(OptimizationPlan, FusedOptimizersOnlyWherePythonHasThem) {
 TEST(OptimizationPlan, ActivationCheckpointingIsForTrainingAndExcludesCompile) {
   TorchBridgeConfig config = at_level(OptLevel::O2);
   config.activation_checkpointing = true;
-  const auto steps = plan(config, bf16_cpu(), {.python = true, .has_linear = true});
+  const auto steps = plan(config, bf16_cpu(), {.python = true, .has_linear = true, .has_block_container = true});
   EXPECT_TRUE(step(steps, "activation_checkpointing").apply);
   EXPECT_EQ(step(steps, "activation_checkpointing").level, OptLevel::O0);
   EXPECT_FALSE(step(steps, "compile").apply);
   EXPECT_NE(step(steps, "compile").reason.find("torch.compile cannot trace"), std::string::npos);
   EXPECT_TRUE(step(plan(config, bf16_cpu(), {.has_linear = true}), "activation_checkpointing").apply);  // C++
+  // A Python model without blocks to checkpoint: the step does not apply, so it keeps nothing off.
+  const auto no_blocks = plan(config, bf16_cpu(), {.python = true, .has_linear = true});
+  EXPECT_FALSE(step(no_blocks, "activation_checkpointing").apply);
+  EXPECT_NE(step(no_blocks, "activation_checkpointing").reason.find("no nn.Sequential or nn.ModuleList"),
+            std::string::npos);
+  EXPECT_TRUE(step(no_blocks, "compile").apply) << step(no_blocks, "compile").reason;
   const auto scripted = plan(config, bf16_cpu(), {.python = true, .torchscript = true});
   EXPECT_FALSE(step(scripted, "activation_checkpointing").apply);
   EXPECT_NE(step(scripted, "activation_checkpointing").reason.find("TorchScript"), std::string::npos);

@@ -92,6 +92,17 @@ def test_a_model_without_a_block_list_is_skipped_with_the_reason():
     assert s.outcome == "skipped" and "no nn.Sequential or nn.ModuleList of two or more blocks" in s.detail
 
 
+def test_checkpointing_that_does_not_apply_leaves_compile_on():
+    # It used to turn compile off although nothing was checkpointed: the plan decided before the
+    # executor found no blocks.
+    manager = UnifiedManager(TorchBridgeConfig(backend="cpu", optimization_level="O2", precision="fp32",
+                                               activation_checkpointing=True))
+    manager.optimize(torch.nn.Linear(4, 4))
+    steps = {s.name: s for s in manager.report().steps}
+    assert steps["activation_checkpointing"].outcome == "skipped"
+    assert steps["compile"].outcome == "applied", steps["compile"].detail
+
+
 def test_inference_and_compile_say_why_they_do_not_combine():
     manager = UnifiedManager(config("cpu", activation_checkpointing=True, training=False))
     manager.optimize(Stack().eval())

@@ -23,6 +23,9 @@ struct ModelTraits {
   bool has_linear = false;        // a Linear layer somewhere (FP8 and int8 weights apply to those)
   std::string optimizer;          // the optimizer's class name ("Adam", "AdamW", "SGD", ...), "" for none
   bool has_example_inputs = false;  // optimize() was given inputs to validate with
+  // Python: an nn.Sequential or nn.ModuleList of two or more blocks, which the executor checkpoints
+  // block by block. Without one, activation checkpointing does not apply (and compile may).
+  bool has_block_container = false;
 };
 
 struct PlannedStep {
