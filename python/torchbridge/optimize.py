@@ -20,6 +20,7 @@ import inspect
 import json
 
 import torch
+from torch.utils import _pytree as pytree
 from torch.utils.dlpack import to_dlpack
 
 from . import _C
@@ -168,9 +169,12 @@ class _Reference:
 
 
 def _to(value, device, dtype=None):
-    if isinstance(value, torch.Tensor):
-        return value.to(device, dtype) if (dtype is not None and value.is_floating_point()) else value.to(device)
-    return value
+    """``value`` with every tensor in it (inside lists, tuples and dicts too) on ``device``, and
+    floating-point ones cast to ``dtype`` when one is given."""
+    def move(tensor):
+        return tensor.to(device, dtype) if (dtype is not None and tensor.is_floating_point()) else tensor.to(device)
+
+    return pytree.tree_map_only(torch.Tensor, move, value)
 
 
 class UnifiedManager:

@@ -443,3 +443,26 @@ def test_validate_refuses_an_optimization_that_changes_the_answer():
         manager.optimize(model, example_inputs=(torch.randn(2, 8) * 100,))
     step = next(s for s in manager.report().steps if s.name == "validate")
     assert "outside the fp16 bound" in step.detail
+
+
+class _TakesADict(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+
+    def forward(self, batch):
+        return self.net(batch["features"][0]) * batch["scale"]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "emu"])
+def test_validate_moves_and_casts_inputs_inside_dicts_and_lists(backend):
+    # Tensors inside a dict or a list were neither cast to float64 for the reference (a dtype
+    # error on the CPU) nor moved to the device for the optimized model (a device error on emu).
+    torch.manual_seed(0)
+    model = _TakesADict().eval()
+    manager = UnifiedManager(TorchBridgeConfig(backend=backend, training=False, precision="fp32",
+                                               optimization_level="O1", compile=False, validation=True))
+    inputs = {"features": [torch.randn(4, 32)], "scale": torch.tensor(2.0)}
+    manager.optimize(model, example_inputs=(inputs,))
+    step = next(s for s in manager.report().steps if s.name == "validate")
+    assert step.outcome == "applied" and "within the fp32 bound" in step.detail, step.detail
