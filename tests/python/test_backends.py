@@ -223,3 +223,36 @@ def test_console_script_runs_the_same_cpp_code_as_the_binary():
     assert strip(ours.stdout) == strip(theirs.stdout)
     bad = subprocess.run([CONSOLE_SCRIPT, "info", "--backend", "nope"], capture_output=True, text=True)
     assert bad.returncode == 1 and "unknown backend 'nope'" in bad.stderr
+
+
+def _fake_torch_xla(root, device_type_body):
+    """A torch_xla package whose runtime.device_type() runs ``device_type_body``; stands in for
+    the real one (not installable here) to show what detection does on a host that has it."""
+    package = root / "torch_xla"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "runtime.py").write_text(f"def device_type():\n    {device_type_body}\n")
+    return root
+
+
+@pytest.mark.parametrize("body, environment, expected", [
+    ("return 'TPU'", {}, "tpu"),                                # before: "cpu", the C++ core cannot see TPUs
+    ("return 'TPU'", {"TORCHBRIDGE_BACKEND": "cpu"}, "cpu"),     # a named backend wins
+    ("return 'TPU'", {"TORCHBRIDGE_BACKEND": "auto"}, "tpu"),    # "auto" means detect
+    ("return 'CPU'", {}, "cpu"),                                # XLA on the CPU is not a TPU
+])
+def test_detection_finds_tpus_through_torch_xla(tmp_path, body, environment, expected):
+    env = {key: value for key, value in os.environ.items() if key != "TORCHBRIDGE_BACKEND"}
+    env.update(environment, PYTHONPATH=str(_fake_torch_xla(tmp_path, body)))
+    run = subprocess.run([sys.executable, "-c", "import torchbridge; print(torchbridge.detect_best_backend())"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == expected, run.stderr[-2000:]
+
+
+def test_a_broken_torch_xla_is_reported_and_detection_goes_on_without_tpus(tmp_path):
+    env = {key: value for key, value in os.environ.items() if key != "TORCHBRIDGE_BACKEND"}
+    env["PYTHONPATH"] = str(_fake_torch_xla(tmp_path, "raise OSError('libtpu.so: cannot open shared object file')"))
+    run = subprocess.run([sys.executable, "-c", "import torchbridge; print(torchbridge.detect_best_backend())"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "cpu", run.stderr[-2000:]
+    assert "torch_xla is installed but could not say whether this machine has TPUs (OSError: libtpu.so" in run.stderr

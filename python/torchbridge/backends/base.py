@@ -1,6 +1,9 @@
 """The Python Backend object over the C++ core."""
 
+import importlib.util
 import json
+import os
+import warnings
 
 import torch
 
@@ -13,11 +16,40 @@ _MB_KEYS = {"allocated": "allocated_bytes", "reserved": "reserved_bytes", "peak_
             "free": "free_bytes", "total": "total_bytes"}
 
 
+# Backends the detection order ranks above TPUs (cuda > rocm > xpu > mps > tpu > SDK hardware > cpu).
+_RANKED_ABOVE_TPU = ("cuda", "rocm", "xpu", "mps")
+
+
 def detect_best_backend() -> str:
     """Name of the best available backend ("cuda", "rocm", "xpu", "mps", "tpu", an SDK device
     that declares real hardware, or "cpu"); ``TORCHBRIDGE_BACKEND`` overrides. Never falls back
-    silently: an unknown or unavailable override raises."""
-    return _C.detect_best_backend()
+    silently: an unknown or unavailable override raises.
+
+    TPUs are detected here, not by the C++ core, which cannot reach torch_xla: without this, a
+    TPU host detected "cpu"."""
+    best = _C.detect_best_backend()
+    if best in _RANKED_ABOVE_TPU or backend_named_in_environment():
+        return best
+    return "tpu" if _tpus_present() else best
+
+
+def backend_named_in_environment() -> bool:
+    """Whether TORCHBRIDGE_BACKEND names a backend ("auto", like unset, asks for detection)."""
+    value = os.environ.get("TORCHBRIDGE_BACKEND", "").strip()
+    return bool(value) and value.lower() != "auto"
+
+
+def _tpus_present() -> bool:
+    """Whether torch_xla is installed and its runtime drives TPUs (not XLA on a CPU or a GPU)."""
+    if importlib.util.find_spec("torch_xla") is None:
+        return False
+    try:
+        import torch_xla.runtime as xla_runtime
+        return xla_runtime.device_type() == "TPU"
+    except Exception as error:  # a broken install must not stop detection on a machine without TPUs
+        warnings.warn(f"torch_xla is installed but could not say whether this machine has TPUs "
+                      f"({type(error).__name__}: {error}); detecting without TPUs", stacklevel=3)
+        return False
 
 
 def memory_stats_with_mb(stats: dict) -> dict:

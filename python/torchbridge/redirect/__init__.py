@@ -7,12 +7,12 @@ the CPU, ``cpu:-1`` forces the CPU, and device indices wrap onto the devices tha
 
 import atexit
 import contextlib
-import os
 
 import torch
 
 from .. import _C, devices
 from ..backends import detect_best_backend
+from ..backends.base import backend_named_in_environment
 from ._patcher import Patcher
 from ._redirector import Redirector, configure_logging, logger
 
@@ -30,7 +30,7 @@ def enable(target: "str | None" = None) -> str:
     if _active is not None:
         raise RuntimeError(f"redirection is already enabled (target '{_active[0].target}'); disable() it first")
     configure_logging()
-    explicit = target is not None or _backend_named_in_environment()
+    explicit = target is not None or backend_named_in_environment()
     name = _C.lookup(target or detect_best_backend()).name  # raises for unknown names
     status, reason = _C.lookup(name).availability()
     if status != "available":
@@ -65,17 +65,11 @@ def is_enabled() -> bool:
     return _active is not None
 
 
-def _backend_named_in_environment() -> bool:
-    """Whether TORCHBRIDGE_BACKEND names a backend ("auto", like unset, asks for detection)."""
-    value = os.environ.get("TORCHBRIDGE_BACKEND", "").strip()
-    return bool(value) and value.lower() != "auto"
-
-
 def resolve(device) -> torch.device:
     """Where ``device`` goes under the active redirection (or under detection when inactive)."""
     if _active is not None:
         return _active[0].resolve(device)
-    explicit = _backend_named_in_environment()
+    explicit = backend_named_in_environment()
     return Redirector(detect_best_backend(), explicit).resolve(device)
 
 
