@@ -7,8 +7,10 @@
 
 #include <c10/core/Device.h>
 #include <c10/core/Event.h>
+#include <c10/core/ScalarType.h>
 #include <c10/core/Stream.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,11 +28,19 @@ std::string to_string(OptLevel level);
 // Parses "O0".."O3" (case-insensitive); anything else raises naming the valid levels.
 OptLevel parse_opt_level(const std::string& text);
 
+// What prepare_model leaves to the caller. A LibTorch module's forward is compiled code that no
+// library can wrap, so where the level and precision use autocast (O2+ below float32; an eval
+// module's weights are then cast to this dtype, and take inputs only through autocast), the
+// program runs forward inside torchbridge::amp::AutocastScope(backend.device_type(), *autocast_dtype).
+struct PreparedModel {
+  std::optional<c10::ScalarType> autocast_dtype;  // nullopt: forward runs as it is
+};
+
 class Backend;
 // How prepare_model applies O1-O3. Core cannot call the optimize layer above it, so that layer
 // installs its implementation when libtorchbridge loads (src/optimize/model_preparer.cpp), the
 // way the device SDK installs the registry's name resolver.
-using ModelPreparer = void (*)(const Backend& backend, torch::nn::Module& module, OptLevel level, int index);
+using ModelPreparer = PreparedModel (*)(const Backend& backend, torch::nn::Module& module, OptLevel level, int index);
 void set_model_preparer(ModelPreparer preparer);
 
 // Why a backend can or cannot be used in this process.
@@ -82,7 +92,9 @@ class Backend {
   // Places `module` on device `index` and applies the optimizations of `level`: O1-O3 run the
   // optimize layer's UnifiedManager with this backend, precision "auto" and the module's own
   // training mode (include <torchbridge/optimize/manager.h> for the report and other settings).
-  void prepare_model(torch::nn::Module& module, OptLevel level = OptLevel::O0, int index = 0) const;
+  // Returns what the caller must apply itself: the autocast its forward must run under.
+  // (Not [[nodiscard]]: at O0 and O1 there is nothing to apply, and the call stays a statement.)
+  PreparedModel prepare_model(torch::nn::Module& module, OptLevel level = OptLevel::O0, int index = 0) const;
 
  protected:
   // Raises with the reason unless the backend is available.

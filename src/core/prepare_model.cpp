@@ -18,18 +18,18 @@ std::atomic<ModelPreparer>& installed_preparer() {
 
 void set_model_preparer(ModelPreparer preparer) { installed_preparer().store(preparer); }
 
-void Backend::prepare_model(torch::nn::Module& module, OptLevel level, int index) const {
+PreparedModel Backend::prepare_model(torch::nn::Module& module, OptLevel level, int index) const {
   const c10::Device target = device(index);  // checks availability and the index first
   if (level == OptLevel::O0) {
     module.to(target);
-    return;
+    return {};
   }
   const ModelPreparer preparer = installed_preparer().load();
   // Always installed in libtorchbridge; a build without the optimize layer would fail here
   // rather than run O0 in place of the level asked for.
   TORCH_CHECK_NOT_IMPLEMENTED(preparer != nullptr, "optimization level ", to_string(level),
                               " needs the optimize layer, which this build of libtorchbridge lacks");
-  preparer(*this, module, level, index);
+  return preparer(*this, module, level, index);
 }
 
 }  // namespace torchbridge

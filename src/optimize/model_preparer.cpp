@@ -12,13 +12,15 @@
 namespace torchbridge {
 namespace {
 
-void prepare_with_manager(const Backend& backend, torch::nn::Module& module, OptLevel level, int index) {
+PreparedModel prepare_with_manager(const Backend& backend, torch::nn::Module& module, OptLevel level, int index) {
   TorchBridgeConfig config;
   config.backend = backend.name();
   config.device_index = index;
   config.optimization_level = level;
   config.training = module.is_training();
-  UnifiedManager(config).optimize(module);
+  UnifiedManager manager(config);
+  manager.optimize(module);
+  return {manager.autocast_dtype()};
 }
 
 const bool installed = [] {
