@@ -11,7 +11,8 @@
 // updating its state. Regions nest: a layer in an inner region records into every region whose
 // forward pass is running, and a region recomputed inside an outer one's recomputation is
 // recorded with the outer record's values. torch.utils.checkpoint keeps no such record; its
-// recomputation updates the state again (docs/precision.md).
+// recomputation updates the state again unless it is given this record's scopes as its context_fn
+// (torchbridge.fp8.checkpoint_contexts; docs/fp8.md).
 
 #include <ATen/core/Tensor.h>
 
@@ -28,28 +29,24 @@ class RecomputationRecord {
   RecomputationRecord(const RecomputationRecord&) = delete;
   RecomputationRecord& operator=(const RecomputationRecord&) = delete;
 
-  // Put this record on the calling thread's stack of active regions for the scope's lifetime:
-  // the region's forward pass (values are recorded) or its recomputation (values are replayed,
-  // from the first, each time one begins: a graph kept with retain_graph is recomputed again).
-  class ForwardPass {
-   public:
-    explicit ForwardPass(RecomputationRecord& record);
-    ~ForwardPass();
-    ForwardPass(const ForwardPass&) = delete;
-    ForwardPass& operator=(const ForwardPass&) = delete;
-
-   private:
-    RecomputationRecord* record_;
+  enum class Phase {
+    kForwardPass,    // values are recorded
+    kRecomputation,  // values are replayed, from the first, each time one begins: a graph kept
+                     // with retain_graph is recomputed again
   };
-  class Recomputation {
+
+  // Puts this record on the calling thread's stack of active regions, in `phase`, for the scope's
+  // lifetime: the region's forward pass or its recomputation.
+  class Scope {
    public:
-    explicit Recomputation(RecomputationRecord& record);
-    ~Recomputation();
-    Recomputation(const Recomputation&) = delete;
-    Recomputation& operator=(const Recomputation&) = delete;
+    Scope(RecomputationRecord& record, Phase phase);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
 
    private:
     RecomputationRecord* record_;
+    Phase phase_;
   };
 
  private:
@@ -64,6 +61,9 @@ class RecomputationRecord {
 // being recomputed (c10::Error when the recomputation asks for more than the forward recorded:
 // the region did not compute the same thing twice). Otherwise nullopt: compute and update as usual.
 std::optional<at::Tensor> replay(const void* key);
+
+// Whether a recomputation is running on this thread (a region's Recomputation scope is active).
+bool recomputing();
 
 // Records a copy of `value` (the value the layer just used) under `key`, in every region whose
 // forward pass is running on this thread, outside the innermost recomputation. Nothing when there is none.

@@ -78,6 +78,7 @@ void bind_optimize(py::module_& m);  // optimize_bindings.cpp
 void bind_amp(py::module_& m);  // amp_bindings.cpp
 void bind_fp8(py::module_& m);  // fp8_bindings.cpp
 void bind_memory(py::module_& m);  // memory_bindings.cpp
+void bind_recomputation(py::module_& m);  // recomputation_bindings.cpp
 void bind_distributed(py::module_& m);  // distributed_bindings.cpp
 }
 
@@ -211,6 +212,7 @@ PYBIND11_MODULE(_C, m) {
   torchbridge::python::bind_amp(m);
   torchbridge::python::bind_fp8(m);
   torchbridge::python::bind_memory(m);
+  torchbridge::python::bind_recomputation(m);
   torchbridge::python::bind_distributed(m);
 
   // `self_command` starts the tool again for work that runs in a child process (an SDK device

@@ -13,6 +13,7 @@ summation order::
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -22,7 +23,7 @@ from torch import nn
 from . import _C
 from ._module_swap import replace_layers
 
-__all__ = ["Fp8Linear", "Fp8ConversionReport", "convert_to_fp8", "matmul_kernel"]
+__all__ = ["Fp8Linear", "Fp8ConversionReport", "checkpoint_contexts", "convert_to_fp8", "matmul_kernel"]
 
 _E4M3 = torch.float8_e4m3fn
 _E5M2 = torch.float8_e5m2
@@ -83,7 +84,37 @@ class _Fp8LinearFunction(torch.autograd.Function):
         return grad_input, grad_weight, grad_bias, None, None, None
 
 
+def checkpoint_contexts():
+    """``context_fn`` for ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`` around
+    FP8 layers: the region's forward pass records the scales its layers used and its recomputation
+    during backward quantizes with those and leaves the scaling state alone, as
+    ``torchbridge.memory.checkpoint`` does by itself. Without it, torch's recomputation records each
+    amax a second time and quantizes with the moved scale, so backward differentiates numbers the
+    forward never computed::
+
+        torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False,
+                                          context_fn=torchbridge.fp8.checkpoint_contexts)
+
+    Returns (forward context, recomputation context), new for each call, as torch expects.
+    """
+    return _C._recomputation_scopes()
+
+
+def _warn_if_recomputed_without_record(layer) -> None:
+    # A training forward inside a backward pass is a recomputation (torch.utils.checkpoint, either
+    # kind); if no recorded region is being recomputed, the scales it uses are not the forward's.
+    if (torch.is_grad_enabled() and torch._C._current_graph_task_id() != -1 and not _C._recomputing()):
+        warnings.warn(
+            f"Fp8Linear({layer.in_features}, {layer.out_features}) ran during a backward pass outside a region "
+            f"that records its scaling, presumably recomputed by torch.utils.checkpoint: the recomputation "
+            f"updates the amax histories a second time and quantizes with the moved scales, so the gradients are "
+            f"not those of the forward pass. Use torchbridge.memory.checkpoint, or pass "
+            f"use_reentrant=False, context_fn=torchbridge.fp8.checkpoint_contexts to torch.utils.checkpoint",
+            RuntimeWarning, stacklevel=4)
+
+
 def _fp8_linear(input, weight, bias, layer, out_dtype, kernel):
+    _warn_if_recomputed_without_record(layer)
     return _Fp8LinearFunction.apply(input, weight, bias, layer, out_dtype, kernel)
 
 

@@ -10,7 +10,7 @@
 namespace torchbridge::recomputation {
 namespace {
 
-enum class Phase { kForward, kRecomputation };
+using Phase = RecomputationRecord::Phase;
 
 struct ActiveRegion {
   RecomputationRecord* record;
@@ -40,16 +40,13 @@ std::optional<std::size_t> innermost_recomputation() {
 
 }  // namespace
 
-RecomputationRecord::ForwardPass::ForwardPass(RecomputationRecord& record) : record_(&record) {
-  enter(record_, Phase::kForward);
+RecomputationRecord::Scope::Scope(RecomputationRecord& record, Phase phase) : record_(&record), phase_(phase) {
+  if (phase_ == Phase::kRecomputation) record_->replayed_.clear();
+  enter(record_, phase_);
 }
-RecomputationRecord::ForwardPass::~ForwardPass() { leave(record_, Phase::kForward); }
+RecomputationRecord::Scope::~Scope() { leave(record_, phase_); }
 
-RecomputationRecord::Recomputation::Recomputation(RecomputationRecord& record) : record_(&record) {
-  record_->replayed_.clear();
-  enter(record_, Phase::kRecomputation);
-}
-RecomputationRecord::Recomputation::~Recomputation() { leave(record_, Phase::kRecomputation); }
+bool recomputing() { return innermost_recomputation().has_value(); }
 
 std::optional<at::Tensor> replay(const void* key) {
   const std::optional<std::size_t> index = innermost_recomputation();

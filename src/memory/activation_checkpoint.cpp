@@ -236,7 +236,7 @@ struct CheckpointRegion::State {
   bool finished = false;
   recomputation::RecomputationRecord recorded_layer_state;  // what stateful layers (FP8) used in the forward pass
   // Declared after the record it points to, so that it ends first.
-  std::optional<recomputation::RecomputationRecord::ForwardPass> forward_pass;
+  std::optional<recomputation::RecomputationRecord::Scope> forward_pass;
 };
 
 namespace {
@@ -277,7 +277,8 @@ class CheckpointBackward : public Node {
       if (state_->options.preserve_rng_state) random.emplace(state_->random_state);
       const auto autocast = detail::replay_autocast_state(state_->autocast_state);
       torch::autograd::AutoGradMode grad_mode(true);
-      const recomputation::RecomputationRecord::Recomputation replaying(state_->recorded_layer_state);
+      const recomputation::RecomputationRecord::Scope replaying(state_->recorded_layer_state,
+                                                             recomputation::RecomputationRecord::Phase::kRecomputation);
       recomputed = recompute_();
     }
     if (state_->options.check_recomputed_metadata) check_metadata(recomputed);
@@ -335,7 +336,7 @@ CheckpointRegion::CheckpointRegion(const std::vector<at::Tensor>& inputs, const 
   state_->autocast_state = detail::capture_autocast_state();
   state_->thread_id = at::RecordFunction::currentThreadId();
   state_->first_sequence_nr = at::sequence_number::peek();
-  state_->forward_pass.emplace(state_->recorded_layer_state);
+  state_->forward_pass.emplace(state_->recorded_layer_state, recomputation::RecomputationRecord::Phase::kForwardPass);
 }
 
 CheckpointRegion::~CheckpointRegion() = default;

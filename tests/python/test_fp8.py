@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 import torchbridge
-from torchbridge.fp8 import Fp8Linear, convert_to_fp8, matmul_kernel
+from torchbridge.fp8 import Fp8Linear, checkpoint_contexts, convert_to_fp8, matmul_kernel
 
 torchbridge.devices.load("emu")
 
@@ -268,11 +269,25 @@ REGION_LAYOUTS = {
         x, use_reentrant=False),
     "a layer called twice in its region": lambda model, x: torchbridge.memory.checkpoint(
         lambda h: model[2](model[1](model[2](model[1](model[0](h))))), x, use_reentrant=False),
+    # torch's own checkpoint records with the contexts torchbridge.fp8 hands it.
+    "torch.utils.checkpoint": lambda model, x: torch_checkpoint(
+        model, x, use_reentrant=False, context_fn=checkpoint_contexts),
+    "torch.utils.checkpoint around torchbridge's": lambda model, x: torch_checkpoint(
+        lambda h: model[2](torchbridge.memory.checkpoint(lambda g: model[1](model[0](g)), h, use_reentrant=False)),
+        x, use_reentrant=False, context_fn=checkpoint_contexts),
+    "torchbridge's around torch.utils.checkpoint, layer twice": lambda model, x: torchbridge.memory.checkpoint(
+        lambda h: model[2](torch_checkpoint(lambda g: model[2](model[1](model[0](g))), h, use_reentrant=False,
+                                            context_fn=checkpoint_contexts)),
+        x, use_reentrant=False),
 }
 PLAIN_LAYOUTS = {
     "one region": lambda model, x: model(x),
     "nested regions": lambda model, x: model(x),
     "a layer called twice in its region": lambda model, x: model[2](model[1](model[2](model[1](model[0](x))))),
+    "torch.utils.checkpoint": lambda model, x: model(x),
+    "torch.utils.checkpoint around torchbridge's": lambda model, x: model(x),
+    "torchbridge's around torch.utils.checkpoint, layer twice": lambda model, x: model[2](model[2](model[1](
+        model[0](x)))),
 }
 
 
@@ -302,6 +317,56 @@ def test_a_checkpointed_fp8_region_backpropagated_twice_gives_the_plain_gradient
             assert torch.equal(p.grad, q.grad)
     for expected, actual in zip(plain.buffers(), checkpointed.buffers()):
         assert torch.equal(expected, actual)
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_torch_checkpoint_without_the_contexts_warns_that_its_gradients_are_not_the_forward_passes(use_reentrant):
+    # What checkpoint_contexts prevents, measured: torch's recomputation moves the scales again.
+    plain, checkpointed = _two_fp8_layers("cpu"), _two_fp8_layers("cpu")
+    for step in range(3):
+        x = (torch.randn(8, 32) * (step + 1)).requires_grad_()
+        plain(x).square().sum().backward()
+        with pytest.warns(RuntimeWarning, match=r"Fp8Linear\(32, 32\) ran during a backward pass outside a region "
+                                                r"that records its scaling.*context_fn=torchbridge\.fp8\."
+                                                r"checkpoint_contexts"):
+            torch_checkpoint(checkpointed, x, use_reentrant=use_reentrant).square().sum().backward()
+    assert not torch.equal(plain[0].weight.grad, checkpointed[0].weight.grad)
+    assert torch.count_nonzero(checkpointed[0].input_amax_history).item() == 6, "each step recorded twice"
+
+
+def test_the_contexts_keep_torch_checkpoint_silent_and_a_plain_backward_never_warns(recwarn):
+    layers = _two_fp8_layers("cpu")
+    x = torch.randn(8, 32, requires_grad=True)
+    torch_checkpoint(layers, x, use_reentrant=False, context_fn=checkpoint_contexts).sum().backward()
+    layers(x).sum().backward()
+    torchbridge.memory.checkpoint(layers, x, use_reentrant=False).sum().backward()
+    assert not [w for w in recwarn if "Fp8Linear" in str(w.message)]
+
+
+def test_a_hugging_face_llama_checkpointed_through_its_own_switch_trains_as_without_checkpointing():
+    # What users run: transformers' activation checkpointing calls torch.utils.checkpoint with the
+    # kwargs it is given. Without the contexts, step 2's gradients were 0.0055 apart.
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def fp8_llama():
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32))
+        assert len(convert_to_fp8(model).converted) == 14, "7 Linears per layer (lm_head: 97 outputs)"
+        return model.train()
+
+    plain, checkpointed = fp8_llama(), fp8_llama()
+    checkpointed.activation_checkpointing_enable(
+        activation_checkpointing_kwargs={"use_reentrant": False, "context_fn": checkpoint_contexts})
+    for step in range(3):
+        ids = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(step))
+        for model in (plain, checkpointed):
+            model.zero_grad()
+            model(input_ids=ids, labels=ids).loss.backward()
+        for (name, p), q in zip(plain.named_parameters(), checkpointed.parameters()):
+            assert torch.equal(p.grad, q.grad), f"step {step}: {name}'s gradient differs under checkpointing"
+    for (name, expected), actual in zip(plain.named_buffers(), checkpointed.buffers()):
+        assert torch.equal(expected, actual), f"{name} differs under checkpointing"
 
 
 def test_a_region_that_runs_an_fp8_layer_more_often_when_recomputed_is_a_clear_error():
