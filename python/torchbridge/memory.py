@@ -11,7 +11,8 @@ autocast, nested regions, non-tensor arguments and outputs, ``backward()`` and
 
 Differences from torch:
 - only the non-reentrant kind exists: ``use_reentrant=True`` raises ``ValueError``;
-- ``context_fn`` other than the default and ``debug=True`` raise ``NotImplementedError``;
+- ``context_fn`` other than the default and ``debug=True`` raise ``NotImplementedError``
+  (``torchbridge.fp8.checkpoint_contexts`` is taken: every region keeps that record already);
 - the recomputation always runs the whole function; ``early_stop`` (torch stops recomputing once
   the tensors backward needs exist) is accepted for compatibility and changes only that cost;
 - only tensors passed as arguments (positional or keyword, also inside lists, tuples and dicts) are
@@ -30,6 +31,7 @@ from torch.utils.checkpoint import noop_context_fn
 from . import _C
 from ._integer import as_integer
 from ._activation_offload import offload_activations  # noqa: F401  (re-exported)
+from .fp8 import checkpoint_contexts
 
 __all__ = ["OffloadedAdam", "OffloadedAdamW", "checkpoint", "checkpoint_sequential", "offload_activations"]
 
@@ -49,7 +51,9 @@ def _check_options(use_reentrant, context_fn, determinism_check, debug, respect_
             "torchbridge.memory.checkpoint implements use_reentrant=False only (it works when no input "
             "requires grad, with torch.autograd.grad and nested regions); pass use_reentrant=False or None, "
             "or use torch.utils.checkpoint for the reentrant variant")
-    if context_fn is not noop_context_fn:
+    # checkpoint_contexts gives torch's checkpoint the record every region here keeps already, so
+    # code written for torch's checkpoint with it runs unchanged.
+    if context_fn is not noop_context_fn and context_fn is not checkpoint_contexts:
         raise NotImplementedError("torchbridge.memory.checkpoint: context_fn is not supported; the recomputation "
                                   "runs under the forward pass's autocast and random state")
     if determinism_check not in _DETERMINISM_CHECKS:

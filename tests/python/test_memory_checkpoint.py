@@ -277,6 +277,11 @@ def test_unsupported_options_and_bad_input_are_clear_errors():
         checkpoint(model, x, use_reentrant=True)
     with pytest.raises(NotImplementedError, match="context_fn"):
         checkpoint(model, x, context_fn=lambda: (None, None))
+    # The FP8 record torch's checkpoint is given: these regions keep it already.
+    model.eval()  # no dropout: the same output as the model's own
+    assert torch.equal(checkpoint(model, x, use_reentrant=False, context_fn=torchbridge.fp8.checkpoint_contexts),
+                       model(x))
+    model.train()
     with pytest.raises(ValueError, match="determinism_check must be one of"):
         checkpoint(model, x, determinism_check="strict")
     with pytest.raises(ValueError, match=r"segments must be an int between 1 and the number of functions \(8\), got 9"):
