@@ -7,6 +7,7 @@ import json
 import torch
 
 from . import _C
+from .backends.base import detect_best_backend
 
 # Every float8 dtype this torch has (e4m3fn, e5m2, their fnuz variants, e8m0 scales).
 _FP8 = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
@@ -25,9 +26,13 @@ def parse_device_map(device_map, tensor_bytes: "list[tuple[str, int]]") -> "list
         if device_map != "auto" and not device_map.startswith("auto:"):
             raise ValueError(f"device_map {device_map!r}: expected a dict {{prefix: device}}, 'auto' or "
                              "'auto:<backend>'")
-        backend = device_map[len("auto:"):] if device_map.startswith("auto:") else _C.detect_best_backend()
+        backend = device_map[len("auto:"):] if device_map.startswith("auto:") else detect_best_backend()
         if not backend:
             raise ValueError("device_map 'auto:' names no backend (e.g. 'auto:cuda')")
+        if backend in ("tpu", "xla"):
+            # The C++ core reads the free memory the map is made from, and it cannot reach TPUs.
+            raise ValueError(f"device_map {device_map!r}: the auto map spreads modules by free memory, which "
+                             f"TorchBridge cannot read on TPUs; pass a dict such as {{'': 'xla:0'}}, or 'auto:cpu'")
         # The same placement the C++ restore computes: top-level modules in order, spread over the
         # backend's devices in proportion to their free memory.
         pairs = [(prefix, torch.device(device)) for prefix, device in _C.auto_device_map(tensor_bytes, backend)]

@@ -15,8 +15,9 @@ import warnings
 
 import torch
 
-from . import _C, _optimizer_state, _placement
+from . import _optimizer_state, _placement
 from . import _training_extras as _extras
+from .backends.base import detect_best_backend
 from . import _safetensors_io as _files
 
 FORMAT = "torchbridge.training_state/1"
@@ -96,7 +97,7 @@ def _save(path, model, optimizer, scheduler, scaler, step, epoch, metadata) -> s
         "torchbridge.epoch": str(epoch),
         "torchbridge.source_devices": json.dumps(devices),
         "torchbridge.source_dtypes": json.dumps(dtypes),
-        "torchbridge.source_backend": _C.detect_best_backend(),
+        "torchbridge.source_backend": detect_best_backend(),  # Python's: it also sees TPUs
     }
     if optimizer is not None:
         optimizer_tensors, header["torchbridge.optimizer"] = _optimizer_state.encode(optimizer)

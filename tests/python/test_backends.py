@@ -256,3 +256,29 @@ def test_a_broken_torch_xla_is_reported_and_detection_goes_on_without_tpus(tmp_p
                          capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "cpu", run.stderr[-2000:]
     assert "torch_xla is installed but could not say whether this machine has TPUs (OSError: libtpu.so" in run.stderr
+
+
+def test_a_tpu_host_names_tpu_in_saved_training_states_and_refuses_an_auto_device_map(tmp_path):
+    # Both used the C++ detection, which cannot see TPUs: the state said "cpu" and the auto map
+    # placed every module on the CPU, silently.
+    env = {key: value for key, value in os.environ.items() if key != "TORCHBRIDGE_BACKEND"}
+    env["PYTHONPATH"] = str(_fake_torch_xla(tmp_path, "return 'TPU'"))
+    program = f"""
+import torch
+from safetensors import safe_open
+from torchbridge import checkpoint
+model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+path = checkpoint.save_state({str(tmp_path / "state.safetensors")!r}, model)
+with safe_open(path, framework="pt") as file:
+    print(file.metadata()["torchbridge.source_backend"])
+try:
+    checkpoint.load_state(path, model, device_map="auto")
+except ValueError as error:
+    print(error)
+"""
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    backend, error = run.stdout.strip().splitlines()
+    assert backend == "tpu"
+    assert error == ("device_map 'auto': the auto map spreads modules by free memory, which TorchBridge cannot "
+                     "read on TPUs; pass a dict such as {'': 'xla:0'}, or 'auto:cpu'")

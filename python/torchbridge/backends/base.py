@@ -1,5 +1,6 @@
 """The Python Backend object over the C++ core."""
 
+import functools
 import importlib.util
 import json
 import os
@@ -39,6 +40,7 @@ def backend_named_in_environment() -> bool:
     return bool(value) and value.lower() != "auto"
 
 
+@functools.lru_cache(maxsize=None)  # a process's hardware does not change; find_spec scans sys.path
 def _tpus_present() -> bool:
     """Whether torch_xla is installed and its runtime drives TPUs (not XLA on a CPU or a GPU)."""
     if importlib.util.find_spec("torch_xla") is None:
