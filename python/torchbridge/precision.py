@@ -54,8 +54,9 @@ def decide(requested: str = "auto", backend: "str | None" = None, device_index: 
 def computes(precision: str, backend: str, device_index: int = 0, including_emulation: bool = True) -> bool:
     """Whether ``backend``'s device computes ``precision`` (fp64, fp32, tf32, fp16, bf16, fp8): in
     hardware, or also in software where ``including_emulation`` (the ``support`` column of the
-    precision table: today the CPU's float16/bfloat16 without vector units is its one "emulated"
-    entry; ``torch.cuda.is_bf16_supported`` asks the same question of CUDA)."""
+    precision table: float16/bfloat16 on CPUs without vector units for them and on NVIDIA and AMD
+    GPUs without tensor cores for them are "emulated"; ``torch.cuda.is_bf16_supported`` asks the
+    same question of CUDA and, like this, counts emulation by default)."""
     # Through the Python backend first, as decide() does: it loads an SDK device into torch too
     # (the C++ call alone left "emu" registered but without torch.emu). Deciding fp32, which every
     # backend computes, returns the table of every precision.

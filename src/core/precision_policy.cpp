@@ -62,6 +62,15 @@ PrecisionCapability half_capability(const DeviceInfo& device, Precision precisio
             std::string("the CPU has no ") + (bf16 ? "AVX512-BF16, AMX-BF16 or ARM BF16" : "AVX512-FP16, AMX-FP16 or ARM FP16") +
                 " unit: torch computes " + dtype + " by converting to float32, usually slower than fp32"};
   }
+  // torch's CUDA and ROCm kernels take both halves on every GPU they run on, converting through
+  // float32 where the hardware has no matrix units for them (torch.cuda.is_bf16_supported() is
+  // true on a T4: including_emulation defaults to true).
+  if (device.backend == "cuda" || device.backend == "rocm") {
+    const std::string gpu = device.backend == "cuda" ? "NVIDIA" + architecture_suffix(device) : device.name;
+    return {precision, PrecisionSupport::kEmulated,
+            gpu + " has no " + dtype + " tensor cores that TorchBridge knows of: torch computes " + dtype +
+                " by converting to float32, usually slower than fp32"};
+  }
   return {precision, PrecisionSupport::kUnavailable,
           std::string("the device does not compute ") + dtype + architecture_suffix(device)};
 }

@@ -87,8 +87,19 @@ TEST(PrecisionPolicy, ANamedPrecisionIsHonouredOrRefusedNeverDowngraded) {
   const std::string fp8_on_t4 = error_of(t4(), "fp8");
   EXPECT_NE(fp8_on_t4.find("cuda:0 (Tesla T4)"), std::string::npos) << fp8_on_t4;
   EXPECT_NE(fp8_on_t4.find("sm_89"), std::string::npos) << fp8_on_t4;
-  EXPECT_NE(fp8_on_t4.find("supports: fp64, fp32, fp16"), std::string::npos) << fp8_on_t4;
-  EXPECT_NE(error_of(t4(), "bf16").find("does not compute bfloat16 (sm_75)"), std::string::npos);
+  EXPECT_NE(fp8_on_t4.find("supports: fp64, fp32, fp16, bf16 (emulated)"), std::string::npos) << fp8_on_t4;
+  // torch computes bf16 on a T4 through float32 (torch.cuda.is_bf16_supported() says true): honoured,
+  // marked emulated; it used to be refused.
+  const PrecisionDecision bf16_on_t4 = decide_precision(t4(), "bf16");
+  EXPECT_EQ(bf16_on_t4.precision, Precision::kBf16);
+  EXPECT_EQ(bf16_on_t4.support, PrecisionSupport::kEmulated);
+  EXPECT_NE(bf16_on_t4.reason.find("NVIDIA (sm_75) has no bfloat16 tensor cores"), std::string::npos)
+      << bf16_on_t4.reason;
+  // A device whose backend TorchBridge knows nothing of computes what it reports, nothing more.
+  DeviceInfo sdk_device = cpu(false);
+  sdk_device.backend = "emu";
+  sdk_device.cpu.reset();
+  EXPECT_NE(error_of(sdk_device, "bf16").find("does not compute bfloat16"), std::string::npos);
   const std::string tf32_on_cpu = error_of(cpu(true), "tf32");
   EXPECT_NE(tf32_on_cpu.find("TF32"), std::string::npos) << tf32_on_cpu;
   EXPECT_NE(tf32_on_cpu.find("bf16"), std::string::npos) << tf32_on_cpu;
