@@ -5,7 +5,9 @@ DataParallel, old GAN tutorials) under `torchbridge run` on emu; the expected va
 CPU or from torch's documented semantics."""
 
 import ast
+import copy
 import importlib
+import pickle
 import threading
 
 import pytest
@@ -478,6 +480,26 @@ def test_amp_classes_answer_isinstance_as_torchs_do_under_redirection(target, tm
                                               torch.optim.SGD(model.parameters(), lr=0.1), scaler=scaler)
         assert checkpoint.load_training_state(path, model, scaler=torch.amp.GradScaler()).step == 0
     assert isinstance(scaler, torch.amp.GradScaler) and isinstance(cuda_autocast, torch.autocast)
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_a_redirected_grad_scaler_pickles_and_deep_copies_with_its_state(target):
+    # Its class is made inside install(): pickle.dumps raised "Can't pickle local object".
+    with redirect.redirected(target):
+        for make in (torch.amp.GradScaler, torch.cuda.amp.GradScaler):
+            scaler = make(init_scale=1024.0, growth_interval=1)
+            weight = torch.ones(2, device="cuda", requires_grad=True)
+            optimizer = torch.optim.SGD([weight], lr=0.1)
+            scaler.scale(weight.sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()  # a finite step with growth_interval=1 doubles the scale
+            pickled = pickle.dumps(scaler)
+            for copied in (pickle.loads(pickled), copy.deepcopy(scaler)):
+                assert isinstance(copied, torch.amp.GradScaler) and copied._device == target
+                assert copied.state_dict() == scaler.state_dict() and copied.get_scale() == 2048.0
+    # Unpickled without redirection, it is torch's own scaler with the same state.
+    unpickled = pickle.loads(pickled)
+    assert type(unpickled) is torch.amp.GradScaler and unpickled.state_dict()["scale"] == 2048.0
 
 
 LIGHTNING_PROGRAM = """

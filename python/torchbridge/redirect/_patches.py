@@ -105,6 +105,14 @@ def _fork_only_the_cpu_rng(patcher, original_device):
     patcher.replace(torch.random, "fork_rng", fork_rng)
 
 
+def _rebuild_grad_scaler(state):
+    """A pickled redirected GradScaler, as torch.amp.GradScaler is in this process: the redirected
+    one while redirection is on, torch's own otherwise. The state is torch's (its __getstate__)."""
+    scaler = torch.amp.GradScaler.__new__(torch.amp.GradScaler)
+    scaler.__setstate__(state)
+    return scaler
+
+
 def install(redirector, patcher):
     original_device = torch.device
     original_generator = torch.Generator
@@ -259,6 +267,12 @@ def install(redirector, patcher):
     class GradScaler(original_scaler, metaclass=StandIn):
         def __init__(self, device="cuda", *args, **kwargs):
             super().__init__(device_type_of(device), *args, **kwargs)
+
+        def __reduce_ex__(self, protocol):
+            # This class lives inside install(), where pickle cannot find it by name: a scaler is
+            # pickled (multiprocessing, torch.save of a training script's objects) as whatever
+            # torch.amp.GradScaler is where it is unpickled, with torch's own state.
+            return _rebuild_grad_scaler, (self.__getstate__(),)
 
     class cuda_amp_autocast(autocast):
         def __init__(self, enabled=True, dtype=torch.float16, cache_enabled=True):
