@@ -19,8 +19,10 @@ class SdkGenerator final : public c10::GeneratorImpl {
         cpu_(std::move(cpu)) {}
 
   void set_current_seed(uint64_t seed) override { cpu_.set_current_seed(seed); }
-  void set_offset(uint64_t offset) override { cpu_.set_offset(offset); }
-  uint64_t get_offset() const override { return cpu_.get_offset(); }
+  // Offsets belong to counter-based (Philox) generators such as CUDA's; this one is an mt19937
+  // state, whose CPU generator would refuse naming "CPU Generator", not this device.
+  void set_offset(uint64_t /*offset*/) override { refuse_offset(); }
+  uint64_t get_offset() const override { refuse_offset(); }
   uint64_t current_seed() const override { return cpu_.current_seed(); }
   uint64_t seed() override { return cpu_.seed(); }
   void set_state(const c10::TensorImpl& state) override { cpu_.unsafeGetGeneratorImpl()->set_state(state); }
@@ -31,6 +33,12 @@ class SdkGenerator final : public c10::GeneratorImpl {
   const at::Generator& cpu() const { return cpu_; }
 
  private:
+  [[noreturn]] void refuse_offset() const {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "a '", runtime().name(), "' generator has no offset: random operators run "
+                                "through the CPU fallback from an mt19937 state, as torch's CPU generator does; "
+                                "save and restore it with get_state() and set_state()");
+  }
+
   SdkGenerator* clone_impl() const override { return new SdkGenerator(device().index(), cpu_.clone()); }
   at::Generator cpu_;
 };

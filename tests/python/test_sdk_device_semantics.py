@@ -147,6 +147,11 @@ def test_a_generator_of_another_device_type_is_refused_both_ways():
     g = torch.Generator(device="emu:1").manual_seed(3)
     drawn = torch.randn(4, device="emu:1", generator=g).cpu()
     assert torch.equal(drawn, torch.randn(4, device="emu:1", generator=g.manual_seed(3)).cpu())
+    # Offsets are for counter-based generators; the refusal used to name the "CPU Generator".
+    for call in (g.get_offset, lambda: g.set_offset(4)):
+        with pytest.raises(NotImplementedError, match=r"a 'emu' generator has no offset: .*get_state\(\) and "
+                                                      r"set_state\(\)"):
+            call()
 
 
 @pytest.mark.parametrize("query", ["memory_allocated", "synchronize", "set_device", "get_device_name"])
