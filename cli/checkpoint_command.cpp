@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <iostream>
@@ -21,6 +22,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -184,7 +186,7 @@ int convert(const std::vector<std::string>& args) {
     for (const auto& name : input.names()) tensors.emplace_back(name, input.load(name));
   }
   // --dtype casts the full-precision floating-point tensors. Quantized weights (every float8
-  // dtype) and their scaling factors (<name>_scale, <name>_scale_inv) stay as they are: a cast
+  // dtype) and their scaling factors (checkpoint::kFp8ScaleSuffixes) stay as they are: a cast
   // would drop the scaling that gives the stored values their meaning, and turn e8m0 scales
   // (up to 2^127) into infinities in float16.
   std::set<std::string> quantized;
@@ -192,7 +194,7 @@ int convert(const std::vector<std::string>& args) {
     if (c10::isFloat8Type(tensor.scalar_type())) quantized.insert(name);
   }
   const auto is_scale_of_quantized = [&](const std::string& name) {
-    for (const std::string suffix : {"_scale", "_scale_inv"}) {
+    for (const std::string_view suffix : checkpoint::kFp8ScaleSuffixes) {
       if (name.ends_with(suffix) && quantized.count(name.substr(0, name.size() - suffix.size())) > 0) return true;
     }
     return false;

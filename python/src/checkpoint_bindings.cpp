@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <cstddef>
 #include <map>
 #include <string>
 #include <utility>
@@ -35,6 +36,11 @@ void bind_checkpoint(py::module_& m) {
     return std::vector<std::string>{path};
   });
   m.def("parse_size", &checkpoint::parse_size);
+  py::tuple scale_suffixes(checkpoint::kFp8ScaleSuffixes.size());
+  for (size_t i = 0; i < checkpoint::kFp8ScaleSuffixes.size(); ++i) {
+    scale_suffixes[i] = py::str(checkpoint::kFp8ScaleSuffixes[i].data(), checkpoint::kFp8ScaleSuffixes[i].size());
+  }
+  m.attr("fp8_scale_suffixes") = scale_suffixes;  // where a float8 tensor's factor is stored
   // The training state's "auto" device map, shared with C++ restores: (tensor name, bytes) in model
   // order -> (module prefix, device string) over `backend`'s devices by free memory.
   m.def("auto_device_map", [](const std::vector<std::pair<std::string, int64_t>>& tensor_bytes,

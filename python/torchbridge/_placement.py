@@ -3,6 +3,7 @@
 (include/torchbridge/checkpoint/training_state.h)."""
 
 import json
+from typing import Callable
 
 import torch
 
@@ -143,18 +144,17 @@ def _dequantize(value: torch.Tensor, factor: torch.Tensor, name: str, factor_nam
                      f"blocks that divides it evenly")
 
 
-def widen(saved: torch.Tensor, dtype: torch.dtype, scale: "torch.Tensor | None",
-          scale_inv: "torch.Tensor | None", name: str = "tensor") -> torch.Tensor:
+def widen(saved: torch.Tensor, dtype: torch.dtype, stored_tensor: "Callable[[str], torch.Tensor | None]",
+          name: str = "tensor") -> torch.Tensor:
     """``saved`` in ``dtype``; an fp8 tensor becoming wider is multiplied by its stored
-    dequantization factor, ``<name>_scale`` or ``<name>_scale_inv``. Both names hold the factor
-    that turns stored values back into real ones: ``_scale`` in compressed-tensors' files,
-    ``_scale_inv`` (the inverse of the quantizing scale) in DeepSeek-V3's, transformers'
-    fine-grained FP8, Transformer Engine's and this project's own fp8. Per tensor, per row, or
-    per block of a 2-D weight."""
+    dequantization factor, ``stored_tensor(name + suffix)`` for the first suffix of
+    ``_C.fp8_scale_suffixes`` (``_scale``, ``_scale_inv``; the C++ ``kFp8ScaleSuffixes`` says
+    whose files use which) that the file holds. Per tensor, per row, or per block of a 2-D weight."""
     if saved.dtype not in _FP8 or dtype in _FP8:
         return saved.to(dtype)
     value = saved.to(torch.float32)
-    for suffix, factor in (("_scale", scale), ("_scale_inv", scale_inv)):
+    for suffix in _C.fp8_scale_suffixes:
+        factor = stored_tensor(name + suffix)
         if factor is not None:
             return _dequantize(value, factor.to(torch.float32), name, name + suffix).to(dtype)
     return value.to(dtype)

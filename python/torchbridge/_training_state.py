@@ -196,7 +196,7 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
         tensor = saved[_MODEL + name]
         device = _placement.device_for(name, device_map, model_state[name].device)
         converted = _placement.widen(tensor, policy.dtype_for(tensor.dtype, device),
-                                     saved.get(_MODEL + name + "_scale"), saved.get(_MODEL + name + "_scale_inv"), name)
+                                     lambda key: saved.get(_MODEL + key), name)
         staged[name] = converted.to(device, copy=True)
 
     # Commit; the only step that can still fail (placing optimizer state on the devices) comes

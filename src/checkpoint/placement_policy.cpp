@@ -1,5 +1,6 @@
 #include "checkpoint/placement_policy.h"
 
+#include <torchbridge/checkpoint/checkpoint.h>
 #include <torchbridge/registry.h>
 
 #include <ATen/ops/mul.h>
@@ -8,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -88,10 +90,8 @@ at::Tensor dequantize(const at::Tensor& value, const at::Tensor& factor, const s
 at::Tensor widen(const SafetensorsFile& file, const std::string& key, const at::Tensor& saved, c10::ScalarType dtype) {
   if (!is_fp8(saved.scalar_type()) || is_fp8(dtype)) return saved.to(dtype);
   const at::Tensor value = saved.to(at::kFloat);
-  // Both names hold the factor that turns the stored values back into real ones: `_scale` in
-  // compressed-tensors' files, `_scale_inv` (the inverse of the quantizing scale) in DeepSeek-V3's,
-  // transformers' fine-grained FP8 and Transformer Engine's, and in this project's own fp8.h.
-  for (const std::string& factor_key : {key + "_scale", key + "_scale_inv"}) {
+  for (const std::string_view suffix : kFp8ScaleSuffixes) {
+    const std::string factor_key = key + std::string(suffix);
     if (file.contains(factor_key)) {
       return dequantize(value, file.load(factor_key).to(at::kFloat), key, factor_key).to(dtype);
     }

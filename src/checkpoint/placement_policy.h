@@ -24,7 +24,7 @@ c10::Device device_for(const std::string& name, const RestoreOptions& options, c
 c10::ScalarType dtype_for(const at::Tensor& saved, const RestoreOptions& options, const c10::Device& device);
 
 // The saved tensor `key` in `dtype`: an fp8 tensor widened to another dtype is multiplied by its
-// stored dequantization factor, `<key>_scale` or `<key>_scale_inv` (both names are used for it),
+// stored dequantization factor, `<key>` + one of kFp8ScaleSuffixes (checkpoint.h),
 // per tensor, per row or per block of a 2-D weight.
 at::Tensor widen(const SafetensorsFile& file, const std::string& key, const at::Tensor& saved, c10::ScalarType dtype);
 

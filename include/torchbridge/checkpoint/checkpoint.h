@@ -4,9 +4,11 @@
 
 #include <torchbridge/checkpoint/safetensors.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -59,6 +61,12 @@ std::vector<std::string> save_sharded(const std::string& directory,
 // Anything else (a list, an int entry, a non-str key, any other Python object) raises naming the
 // file and the entry; no Python code is ever run. The legacy pre-zip format is refused.
 std::vector<std::pair<std::string, at::Tensor>> read_torch_save(const std::string& path);
+
+// The names a float8 tensor's dequantization factor is stored under: `<name>_scale` in
+// compressed-tensors' files, `<name>_scale_inv` (the inverse of the quantizing scale) in
+// DeepSeek-V3's, transformers' fine-grained FP8, Transformer Engine's and this project's fp8.h.
+// Both hold the factor that turns the stored values back into real ones; the first found is used.
+inline constexpr std::array<std::string_view, 2> kFp8ScaleSuffixes = {"_scale", "_scale_inv"};
 
 // Parses sizes such as "5GB", "500MB", "10MiB" or "1048576" (GB/MB/KB are powers of 1000 as
 // Hugging Face uses them; GiB/MiB/KiB powers of 1024).
