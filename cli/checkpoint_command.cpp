@@ -153,8 +153,7 @@ int convert(const std::vector<std::string>& args) {
   const std::filesystem::path in_path(in);
   if (shard_size && std::filesystem::is_regular_file(in_path, no_file) &&
       std::filesystem::equivalent(in_path.has_parent_path() ? in_path.parent_path() : ".", out, no_file) &&
-      checkpoint::is_checkpoint_file(in_path.filename().string()) &&
-      in_path.filename() != "model.safetensors" && in_path.filename() != "model.safetensors.index.json") {
+      checkpoint::is_checkpoint_shard_file(in_path.filename().string())) {
     throw UsageError("checkpoint convert: IN '" + in + "' is one shard of the checkpoint in OUT '" + out +
                      "', which a sharded write replaces (the other shards would be deleted); convert the " +
                      "directory or its index, or write to another directory");

@@ -68,7 +68,10 @@ std::string interrupted_publish_advice(const std::string& directory) {
 
 // Shards of any count (as transformers' save_pretrained, which also clears these before it writes).
 bool is_checkpoint_file(const std::string& file, const std::string& prefix) {
-  if (file == prefix + ".safetensors" || file == prefix + kIndexSuffix) return true;
+  return file == prefix + ".safetensors" || file == prefix + kIndexSuffix || is_checkpoint_shard_file(file, prefix);
+}
+
+bool is_checkpoint_shard_file(const std::string& file, const std::string& prefix) {
   const std::string middle = "-of-", suffix = ".safetensors";
   const size_t at = prefix.size();
   return file.size() == at + 1 + 5 + middle.size() + 5 + suffix.size() && file.compare(0, at, prefix) == 0 &&

@@ -183,6 +183,23 @@ TEST(Checkpoint, ANameOrAStorageTwiceAcrossShardsIsRefusedAndNothingIsWritten) {
   closedir(dir);
 }
 
+TEST(Checkpoint, TheFilesOfADirectoryCheckpointAreToldFromItsShards) {
+  using checkpoint::is_checkpoint_file;
+  using checkpoint::is_checkpoint_shard_file;
+  for (const char* whole : {"model.safetensors", "model.safetensors.index.json"}) {
+    EXPECT_TRUE(is_checkpoint_file(whole)) << whole;
+    EXPECT_FALSE(is_checkpoint_shard_file(whole)) << whole;
+  }
+  EXPECT_TRUE(is_checkpoint_shard_file("model-00002-of-00003.safetensors"));
+  EXPECT_TRUE(is_checkpoint_file("model-00002-of-00003.safetensors"));
+  EXPECT_TRUE(is_checkpoint_shard_file("adapter-00001-of-00001.safetensors", "adapter"));
+  for (const char* other : {"model-2-of-3.safetensors", "model-00002-of-00003.bin", "other-00001-of-00002.safetensors",
+                            "model-0000a-of-00003.safetensors", "model.bin"}) {
+    EXPECT_FALSE(is_checkpoint_file(other)) << other;
+    EXPECT_FALSE(is_checkpoint_shard_file(other)) << other;
+  }
+}
+
 TEST(Checkpoint, ShardSizesAreParsedStrictly) {
   EXPECT_EQ(parse_size("500MB"), 500'000'000u);
   EXPECT_EQ(parse_size("2GiB"), uint64_t{2} << 30);

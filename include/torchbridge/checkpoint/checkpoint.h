@@ -42,6 +42,9 @@ class Checkpoint {
 // Whether `file_name` is one of the files a directory checkpoint named `prefix` consists of
 // (PREFIX.safetensors, its index, PREFIX-NNNNN-of-NNNNN.safetensors), which save_sharded replaces.
 bool is_checkpoint_file(const std::string& file_name, const std::string& prefix = "model");
+// Whether `file_name` is one numbered shard of such a checkpoint (PREFIX-NNNNN-of-NNNNN.safetensors):
+// a part of it, where PREFIX.safetensors and the index each stand for the whole.
+bool is_checkpoint_shard_file(const std::string& file_name, const std::string& prefix = "model");
 
 // Writes `tensors` into `directory` (created if missing) as shards of at most `max_shard_bytes`
 // each (a larger tensor gets a shard of its own), in the given order, plus the index; a single
