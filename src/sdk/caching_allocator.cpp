@@ -150,7 +150,6 @@ class SdkCachingAllocator final : public CachingAllocator {
     state.live.erase(block->ptr);
     update(state.stats.allocation, block->small, -1);
     update(state.stats.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
-    update(state.stats.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
     block->allocated = false;
     if (block->stream_uses.empty()) {
       return_to_pool(state, block);
@@ -376,6 +375,9 @@ class SdkCachingAllocator final : public CachingAllocator {
     Pool& pool = block->small ? state.small_free : state.large_free;
     update(state.stats.active, block->small, -1);
     update(state.stats.active_bytes, block->small, -static_cast<int64_t>(block->size));
+    // As torch.cuda's free_block: the requested bytes stay counted, like the active ones, while a
+    // free waits for the streams recorded on the block (allocated_bytes drops at free).
+    update(state.stats.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
     // Merge with free neighbours so the segment can become whole again.
     for (Block* neighbour : {block->prev, block->next}) {
       if (neighbour == nullptr || neighbour->allocated || pool.count(neighbour) == 0) continue;

@@ -302,6 +302,28 @@ def test_inactive_splits_are_counted_as_torch_cuda_counts_them():
     assert inactive() == (base_count, base_bytes)
 
 
+def test_a_free_waiting_for_a_recorded_stream_stays_active_and_requested_until_it_completes():
+    # torch.cuda counts allocated_bytes down at free, and active_bytes and requested_bytes when the
+    # block is really freed (free_block, once the recorded streams' events have passed); ours counted
+    # requested_bytes down at free, so it could fall below the memory still in use.
+    torch.emu.synchronize()
+    torch.emu.empty_cache()
+    before = torch.emu.memory_stats(DEVICE)
+    side = torch.Stream(DEVICE)
+    t = torch.empty(1000, device=DEVICE)  # 4000 bytes requested, 4096 allocated
+    t.record_stream(side)
+    del t
+    waiting = torch.emu.memory_stats(DEVICE)
+    assert waiting["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+    assert waiting["active_bytes.all.current"] == before["active_bytes.all.current"] + 4096
+    assert waiting["requested_bytes.all.current"] == before["requested_bytes.all.current"] + 4000
+    side.synchronize()
+    torch.emu.empty_cache()  # completes the waiting free
+    after = torch.emu.memory_stats(DEVICE)
+    for key in ("allocated_bytes.all.current", "active_bytes.all.current", "requested_bytes.all.current"):
+        assert after[key] == before[key], (key, before[key], after[key])
+
+
 def test_empty_cache_releases_a_block_whose_recorded_stream_has_finished():
     # torch.cuda.empty_cache first completes the frees that waited for other streams (record_stream);
     # ours kept them, and their segments, until the next allocation looked.
