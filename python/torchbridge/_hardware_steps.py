@@ -21,7 +21,7 @@ def hardware_step(name: str, argument: str, model, optimizer, device: torch.devi
     if name == "hardware.nvidia.flash_attention_version":
         return (model, optimizer, *_flash_attention(argument))
     if name == "hardware.nvidia.enable_oom_protection":
-        wrap_forward(model, lambda forward: _retry_after_oom(forward, device))
+        wrap_forward(model, _retry_after_oom, device)
         return model, optimizer, None, None
     if name == "hardware.amd.memory_pool_size_gb":
         return (model, optimizer, *_cap_memory(float(argument), device)) if argument else (

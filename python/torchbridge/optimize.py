@@ -105,8 +105,11 @@ def _autocast_forward(forward, device_type: str, dtype: torch.dtype):
         with torch.autocast(device_type=device_type, dtype=dtype):
             return forward(module, *args, **kwargs)
 
-    wrapped.__torchbridge_autocast__ = (device_type, dtype)
     return wrapped
+
+
+def _compiled_forward(forward, backend: str):
+    return torch.compile(forward, backend=backend)
 
 
 def _fused_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
@@ -299,7 +302,7 @@ class UnifiedManager:
         elif name == "freeze_torchscript":
             model = torch.jit.optimize_for_inference(torch.jit.freeze(model))
         elif name == "autocast":
-            wrap_forward(model, lambda forward: _autocast_forward(forward, self.device.type, getattr(torch, argument)))
+            wrap_forward(model, _autocast_forward, self.device.type, getattr(torch, argument))
         elif name == "low_precision_weights":
             model = model.to(getattr(torch, argument))
         elif name == "compile":
@@ -307,7 +310,7 @@ class UnifiedManager:
             # Module._call_impl, which dynamo skips as torch-internal, so nothing was compiled
             # (no frame captured; seen on the CPU build). This keeps the module and its state-dict keys.
             # Compiled as a function of the module, bound to it: a copy runs with its own weights.
-            wrap_forward(model, lambda forward: torch.compile(forward, backend=argument))
+            wrap_forward(model, _compiled_forward, argument)
         elif name == "int8_weights":
             replaced, skipped_layers = quantize_linear_weights(model, torch.bfloat16)
             skipped = "; ".join(f"{layer}: {reason}" for layer, reason in skipped_layers)
@@ -343,7 +346,7 @@ def _checkpoint_blocks(model) -> "tuple[str, int] | None":
         return None
     name, container = found
     for block in container:
-        wrap_forward(block, lambda forward: _checkpointed_forward(forward, memory.checkpoint))
+        wrap_forward(block, _checkpointed_forward, memory.checkpoint)
     return name, len(container)
 
 

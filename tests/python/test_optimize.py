@@ -248,6 +248,27 @@ def test_a_copy_of_an_optimized_model_computes_with_its_own_weights(fields):
     assert all(p.grad is None for p in optimized.parameters())
 
 
+@pytest.mark.parametrize("fields", [dict(compile=False), dict(compile=False, activation_checkpointing=True),
+                                    dict(compile=True)])
+def test_an_optimized_model_saved_whole_loads_with_its_optimizations(fields, tmp_path):
+    # A bound method in the instance's __dict__ pickles as getattr(module, "forward"), which found
+    # the class's forward while loading: the loaded model ran without autocast, in float32.
+    import inspect
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    optimized = UnifiedManager(cpu_config(precision="bf16", **fields)).optimize(model)  # bf16: any CPU computes it
+    torch.save(optimized, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    x = torch.randn(4, 32)
+    assert loaded(x).dtype == optimized(x).dtype == torch.bfloat16
+    torch.testing.assert_close(loaded(x), optimized(x), rtol=0, atol=0)
+    assert repr(loaded.forward) == repr(optimized.forward)
+    assert str(inspect.signature(loaded.forward)) == str(inspect.signature(optimized.forward)) == "(input)"
+    loaded(x).float().sum().backward()
+    assert all(p.grad is not None for p in loaded.parameters())
+    assert all(p.grad is None for p in optimized.parameters())
+
+
 def test_dotted_keys_in_from_dict_as_documented():
     # The nested base made every dotted key read as given twice.
     config = TorchBridgeConfig.from_dict({"hardware.nvidia.fp8_enabled": True, "precision": "bf16"})
