@@ -32,6 +32,17 @@ class WrappedForward:
     def __call__(self, *args, **kwargs):
         return self._replacement(self._module, *args, **kwargs)
 
+    # What a bound method offers, for code that rebinds a module's forward to another module
+    # (accelerate's compile_regions, unwrap_model): MethodType(forward.__func__, other) runs the
+    # steps with the other module.
+    @property
+    def __func__(self):
+        return self._replacement
+
+    @property
+    def __self__(self):
+        return self._module
+
     @property
     def __wrapped__(self):
         # What inspect.signature reports (Hugging Face's Trainer reads the forward's parameters).
@@ -48,10 +59,14 @@ class WrappedForward:
         return _rebuild, (self._module, self._base, self._steps)
 
     def __deepcopy__(self, memo):
+        module = copy.deepcopy(self._module, memo)
+        if self._base is not None and self._base[0] == "callable":
+            # The replacement calls that callable (bound to the original, as likely as not), so
+            # the copy's is made again around the copy's own.
+            return _rebuild(module, ("callable", copy.deepcopy(self._base[1], memo)), self._steps)
         # The replacement takes the module as an argument, so the copy shares it (and a compiled
         # one's cache) with the original.
-        return WrappedForward(copy.deepcopy(self._module, memo), copy.deepcopy(self._base, memo), self._steps,
-                              self._replacement)
+        return WrappedForward(module, self._base, self._steps, self._replacement)
 
 
 def _base_of(module):

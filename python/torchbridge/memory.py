@@ -54,8 +54,9 @@ def _check_options(use_reentrant, context_fn, determinism_check, debug, respect_
     # checkpoint_contexts gives torch's checkpoint the record every region here keeps already, so
     # code written for torch's checkpoint with it runs unchanged.
     if context_fn is not noop_context_fn and context_fn is not checkpoint_contexts:
-        raise NotImplementedError("torchbridge.memory.checkpoint: context_fn is not supported; the recomputation "
-                                  "runs under the forward pass's autocast and random state")
+        raise NotImplementedError("torchbridge.memory.checkpoint: context_fn is not supported (except "
+                                  "torchbridge.fp8.checkpoint_contexts, whose record every region keeps); the "
+                                  "recomputation runs under the forward pass's autocast and random state")
     if determinism_check not in _DETERMINISM_CHECKS:
         raise ValueError(f"torchbridge.memory.checkpoint: determinism_check must be one of "
                          f"{list(_DETERMINISM_CHECKS)}, got {determinism_check!r}")
@@ -71,7 +72,8 @@ def checkpoint(function=None, *args, use_reentrant=None, preserve_rng_state=True
     The signature is torch 2.14's, which takes every call torch 2.11-2.13 accept: called without
     ``function`` (and without arguments), it returns a decorator that checkpoints every call of the
     function it wraps with these options. ``respect_saved_tensors_hooks`` concerns tensors that
-    selective checkpointing saves; this implementation saves none (``context_fn`` is refused), so,
+    selective checkpointing saves; this implementation saves none (it takes no selective
+    checkpointing ``context_fn``), so,
     as in torch without it, the value changes nothing; it must be None or a bool.
     """
     _check_options(use_reentrant, context_fn, determinism_check, debug, respect_saved_tensors_hooks)

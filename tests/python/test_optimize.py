@@ -3,6 +3,7 @@ does, and each optimization level does what docs/optimization.md says, checked a
 torch doing the same by hand (eager autocast, an unfused optimizer, the float32 model)."""
 
 import dataclasses
+import functools
 import json
 import subprocess
 import sys
@@ -267,6 +268,45 @@ def test_an_optimized_model_saved_whole_loads_with_its_optimizations(fields, tmp
     loaded(x).float().sum().backward()
     assert all(p.grad is not None for p in loaded.parameters())
     assert all(p.grad is None for p in optimized.parameters())
+
+
+def test_an_optimized_forward_rebinds_to_another_module_as_a_bound_method_does():
+    # accelerate's compile_regions and unwrap_model rebuild a forward as MethodType(forward.__func__,
+    # other): the steps then run with the other module's weights.
+    import types
+
+    optimized = UnifiedManager(cpu_config(precision="bf16", compile=False)).optimize(torch.nn.Linear(4, 2))
+    assert optimized.forward.__self__ is optimized
+    other = torch.nn.Linear(4, 2)
+    other.forward = types.MethodType(optimized.forward.__func__, other)
+    x = torch.randn(3, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = torch.nn.functional.linear(x, other.weight, other.bias)
+    assert torch.equal(other(x), expected)
+
+
+def test_a_copy_of_a_model_whose_forward_was_a_callable_computes_with_its_own_weights():
+    # The copy's replacement called the original's callable (a partial over the original module).
+    import copy
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    model = Net()
+    model.forward = functools.partial(Net.forward, model)  # as hooks that replace forward do
+    optimized = UnifiedManager(cpu_config(precision="bf16", compile=False)).optimize(model)
+    twin = copy.deepcopy(optimized)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.zero_()
+    x = torch.randn(3, 4)
+    assert twin(x).abs().sum().item() == 0 and optimized(x).abs().sum().item() > 0
+    assert twin(x).dtype == torch.bfloat16
 
 
 def test_dotted_keys_in_from_dict_as_documented():

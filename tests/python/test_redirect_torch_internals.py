@@ -502,6 +502,21 @@ def test_a_redirected_grad_scaler_pickles_and_deep_copies_with_its_state(target)
     assert type(unpickled) is torch.amp.GradScaler and unpickled.state_dict()["scale"] == 2048.0
 
 
+
+class _ProgramScaler(torch.amp.GradScaler):
+    """A program's own scaler class, found by its name when unpickled."""
+
+
+def test_a_programs_own_grad_scaler_subclass_keeps_its_class_when_copied_under_redirection():
+    # The stand-in's pickling, inherited, turned every subclass into a plain torch.amp.GradScaler.
+    with redirect.redirected("cpu"):
+        class Local(torch.amp.GradScaler):
+            pass
+
+        assert type(copy.deepcopy(Local())) is Local
+        assert type(pickle.loads(pickle.dumps(_ProgramScaler()))) is _ProgramScaler
+
+
 LIGHTNING_PROGRAM = """
 import sys
 import torch

@@ -107,7 +107,9 @@ def _fork_only_the_cpu_rng(patcher, original_device):
 
 def _rebuild_grad_scaler(state):
     """A pickled redirected GradScaler, as torch.amp.GradScaler is in this process: the redirected
-    one while redirection is on, torch's own otherwise. The state is torch's (its __getstate__)."""
+    one while redirection is on, torch's own otherwise. The state is torch's (its __getstate__),
+    so its device type is the one the scaler had: the redirection target's (e.g. "emu"), which the
+    unpickling process must have too."""
     scaler = torch.amp.GradScaler.__new__(torch.amp.GradScaler)
     scaler.__setstate__(state)
     return scaler
@@ -269,9 +271,12 @@ def install(redirector, patcher):
             super().__init__(device_type_of(device), *args, **kwargs)
 
         def __reduce_ex__(self, protocol):
-            # This class lives inside install(), where pickle cannot find it by name: a scaler is
-            # pickled (multiprocessing, torch.save of a training script's objects) as whatever
-            # torch.amp.GradScaler is where it is unpickled, with torch's own state.
+            # This class and torch.cuda.amp's below live inside install(), where pickle cannot find
+            # them by name: their scalers are pickled (multiprocessing, torch.save of a training
+            # script's objects) as whatever torch.amp.GradScaler is where they are unpickled, with
+            # torch's own state. A program's own subclass is found by its name, as usual.
+            if type(self) not in (GradScaler, cuda_amp_GradScaler):
+                return super().__reduce_ex__(protocol)
             return _rebuild_grad_scaler, (self.__getstate__(),)
 
     class cuda_amp_autocast(autocast):
