@@ -62,7 +62,7 @@ class RecomputationRecord {
 // the region did not compute the same thing twice). Otherwise nullopt: compute and update as usual.
 std::optional<at::Tensor> replay(const void* key);
 
-// Whether a recomputation is running on this thread (a region's Recomputation scope is active).
+// Whether a recomputation is running on this thread (a Scope in Phase::kRecomputation is active).
 bool recomputing();
 
 // Records a copy of `value` (the value the layer just used) under `key`, in every region whose

@@ -9,7 +9,6 @@
 
 #include <array>  // pybind11::make_tuple
 #include <memory>
-#include <optional>
 #include <thread>
 #include <utility>
 
@@ -27,9 +26,23 @@ class RecordScope {
   RecordScope(std::shared_ptr<RecomputationRecord> record, RecomputationRecord::Phase phase)
       : record_(std::move(record)), phase_(phase) {}
 
+  RecordScope(const RecordScope&) = delete;
+  RecordScope& operator=(const RecordScope&) = delete;
+
+  ~RecordScope() {
+    if (scope_ && thread_ != std::this_thread::get_id()) {
+      // Dropped while active, on another thread: the entering thread's stack still points at the
+      // record, so the record and the scope are kept for the rest of the process, not freed.
+      TORCH_WARN("torchbridge recomputation scope: released on another thread than it was entered on, without "
+                 "leaving; its record is kept for the rest of the process");
+      new std::shared_ptr<RecomputationRecord>(record_);  // NOLINT: deliberately never deleted
+      static_cast<void>(scope_.release());
+    }
+  }
+
   void enter() {
     TORCH_CHECK(!scope_, "torchbridge recomputation scope: entered again before it left");
-    scope_.emplace(*record_, phase_);
+    scope_ = std::make_unique<RecomputationRecord::Scope>(*record_, phase_);
     thread_ = std::this_thread::get_id();
   }
 
@@ -45,7 +58,7 @@ class RecordScope {
  private:
   std::shared_ptr<RecomputationRecord> record_;
   RecomputationRecord::Phase phase_;
-  std::optional<RecomputationRecord::Scope> scope_;
+  std::unique_ptr<RecomputationRecord::Scope> scope_;
   std::thread::id thread_;
 };
 

@@ -27,7 +27,7 @@ class Planner {
  public:
   Planner(const TorchBridgeConfig& config, const DeviceInfo& device, const PrecisionDecision& precision,
           const ModelTraits& model)
-      : config_(config), device_(device), precision_(precision.precision), model_(model) {}
+      : config_(config), device_(device), precision_(precision.precision), support_(precision.support), model_(model) {}
 
   std::vector<PlannedStep> plan() {
     add("place", OptLevel::O0, true, "parameters and buffers on " + device_.backend + ":" +
@@ -188,6 +188,11 @@ class Planner {
       add("compile", OptLevel::O2, false, "TorchScript modules are compiled by TorchScript");
     } else if (int8 && config_.optimization_level >= OptLevel::O3) {
       add("compile", OptLevel::O2, false, "the int8 weight-only kernel is called directly; inductor would decompose it");
+    } else if (device_.backend == "cuda" && precision_ == Precision::kBf16 && support_ == PrecisionSupport::kEmulated) {
+      // torch/_inductor/compile_fx.py (_check_triton_bf16_support) warns and skips every such frame.
+      add("compile", OptLevel::O2, false,
+          "inductor compiles no bfloat16 graph on NVIDIA GPUs below sm_80 (torch skips the frame and runs it "
+          "eagerly); bf16 is emulated here");
     } else {
       // inductor generates code for the devices it has backends for; other devices get
       // aot_eager, which traces and partitions forward/backward but runs torch's own kernels.
@@ -234,6 +239,7 @@ class Planner {
   const TorchBridgeConfig& config_;
   const DeviceInfo& device_;
   Precision precision_;
+  PrecisionSupport support_;  // native or emulated
   const ModelTraits& model_;
   std::vector<PlannedStep> steps_;
   bool checkpointing_ = false;  // the activation_checkpointing step applies (it keeps compile off)

@@ -20,9 +20,16 @@ class SdkGenerator final : public c10::GeneratorImpl {
 
   void set_current_seed(uint64_t seed) override { cpu_.set_current_seed(seed); }
   // Offsets belong to counter-based (Philox) generators such as CUDA's; this one is an mt19937
-  // state, whose CPU generator would refuse naming "CPU Generator", not this device.
-  void set_offset(uint64_t /*offset*/) override { refuse_offset(); }
-  uint64_t get_offset() const override { refuse_offset(); }
+  // state, whose position is all in get_state. torch pickles and deep-copies a non-CPU generator
+  // as (seed, get_offset(), state) and restores set_offset before set_state, so the offset is 0
+  // and setting 0 changes nothing; another offset cannot be honoured (the CPU generator's own
+  // refusal would name "CPU Generator", not this device).
+  void set_offset(uint64_t offset) override {
+    TORCH_CHECK_NOT_IMPLEMENTED(offset == 0, "a '", runtime().name(), "' generator has no offset to set to ", offset,
+                                ": random operators run through the CPU fallback from an mt19937 state, as torch's "
+                                "CPU generator does; save and restore its position with get_state() and set_state()");
+  }
+  uint64_t get_offset() const override { return 0; }
   uint64_t current_seed() const override { return cpu_.current_seed(); }
   uint64_t seed() override { return cpu_.seed(); }
   void set_state(const c10::TensorImpl& state) override { cpu_.unsafeGetGeneratorImpl()->set_state(state); }
@@ -33,12 +40,6 @@ class SdkGenerator final : public c10::GeneratorImpl {
   const at::Generator& cpu() const { return cpu_; }
 
  private:
-  [[noreturn]] void refuse_offset() const {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "a '", runtime().name(), "' generator has no offset: random operators run "
-                                "through the CPU fallback from an mt19937 state, as torch's CPU generator does; "
-                                "save and restore it with get_state() and set_state()");
-  }
-
   SdkGenerator* clone_impl() const override { return new SdkGenerator(device().index(), cpu_.clone()); }
   at::Generator cpu_;
 };

@@ -130,6 +130,25 @@ TEST(OptimizationPlan, O2TrainingAutocastsAndKeepsMasterWeights) {
   EXPECT_EQ(step(plan(at_level(OptLevel::O2), emu, {.python = true}), "compile").argument, "aot_eager");
 }
 
+TEST(OptimizationPlan, EmulatedBf16OnAnOlderNvidiaGpuIsNotCompiled) {
+  // inductor skips bfloat16 frames below sm_80 (with a warning) and runs them eagerly: the plan
+  // used to report them compiled.
+  DeviceInfo t4;
+  t4.backend = "cuda";
+  t4.name = "Tesla T4";
+  t4.architecture = "sm_75";
+  t4.supported_dtypes = {c10::ScalarType::Float, c10::ScalarType::Double, c10::ScalarType::Half};
+  t4.features.fp16 = true;
+  TorchBridgeConfig config = at_level(OptLevel::O2);
+  config.precision = "bf16";
+  const auto steps = plan(config, t4, {.python = true, .has_linear = true});
+  EXPECT_TRUE(step(steps, "autocast").apply);
+  EXPECT_FALSE(step(steps, "compile").apply);
+  EXPECT_NE(step(steps, "compile").reason.find("below sm_80"), std::string::npos) << step(steps, "compile").reason;
+  config.precision = "auto";  // fp16, which inductor compiles there
+  EXPECT_TRUE(step(plan(config, t4, {.python = true, .has_linear = true}), "compile").apply);
+}
+
 TEST(OptimizationPlan, FullPrecisionHasNothingToAutocast) {
   TorchBridgeConfig config = at_level(OptLevel::O3, false);
   config.precision = "fp32";

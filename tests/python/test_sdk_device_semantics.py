@@ -8,6 +8,7 @@ torch's documented behaviour."""
 import copy
 import io
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -148,10 +149,16 @@ def test_a_generator_of_another_device_type_is_refused_both_ways():
     drawn = torch.randn(4, device="emu:1", generator=g).cpu()
     assert torch.equal(drawn, torch.randn(4, device="emu:1", generator=g.manual_seed(3)).cpu())
     # Offsets are for counter-based generators; the refusal used to name the "CPU Generator".
-    for call in (g.get_offset, lambda: g.set_offset(4)):
-        with pytest.raises(NotImplementedError, match=r"a 'emu' generator has no offset: .*get_state\(\) and "
-                                                      r"set_state\(\)"):
-            call()
+    with pytest.raises(NotImplementedError, match=r"a 'emu' generator has no offset to set to 4: .*get_state\(\) "
+                                                  r"and set_state\(\)"):
+        g.set_offset(4)
+    # torch pickles and deep-copies a device generator through get_offset/set_offset, which raised.
+    g.manual_seed(5)
+    torch.randn(3, device="emu:1", generator=g)  # moves it past its seed
+    for twin in (copy.deepcopy(g), pickle.loads(pickle.dumps(g))):
+        assert twin.device == g.device and twin.initial_seed() == 5 and twin.get_offset() == 0
+        assert torch.equal(torch.randn(4, device="emu:1", generator=twin).cpu(),
+                           torch.randn(4, device="emu:1", generator=g.clone_state()).cpu())
 
 
 @pytest.mark.parametrize("query", ["memory_allocated", "synchronize", "set_device", "get_device_name"])
