@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "device_descriptions.h"
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -133,12 +135,7 @@ TEST(OptimizationPlan, O2TrainingAutocastsAndKeepsMasterWeights) {
 TEST(OptimizationPlan, EmulatedBf16OnAnOlderNvidiaGpuIsNotCompiled) {
   // inductor skips bfloat16 frames below sm_80 (with a warning) and runs them eagerly: the plan
   // used to report them compiled.
-  DeviceInfo t4;
-  t4.backend = "cuda";
-  t4.name = "Tesla T4";
-  t4.architecture = "sm_75";
-  t4.supported_dtypes = {c10::ScalarType::Float, c10::ScalarType::Double, c10::ScalarType::Half};
-  t4.features.fp16 = true;
+  const DeviceInfo t4 = test_support::tesla_t4();
   TorchBridgeConfig config = at_level(OptLevel::O2);
   config.precision = "bf16";
   const auto steps = plan(config, t4, {.python = true, .has_linear = true});

@@ -4,6 +4,8 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include "device_descriptions.h"
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,15 +24,7 @@ DeviceInfo h100() {
   return info;
 }
 
-DeviceInfo t4() {
-  DeviceInfo info;
-  info.backend = "cuda";
-  info.name = "Tesla T4";
-  info.architecture = "sm_75";
-  info.supported_dtypes = {c10::ScalarType::Float, c10::ScalarType::Double, c10::ScalarType::Half};
-  info.features.fp16 = true;
-  return info;
-}
+DeviceInfo t4() { return test_support::tesla_t4(); }
 
 DeviceInfo cpu(bool avx512_bf16) {
   DeviceInfo info;
