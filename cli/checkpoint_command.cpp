@@ -73,7 +73,8 @@ int inspect(const std::vector<std::string>& args) {
     for (const auto& r : shard.tensors()) {
       shard_bytes += r.end - r.begin;
       tensors.push_back({{"name", r.name}, {"dtype", checkpoint::safetensors_dtype_name(r.dtype)},
-                         {"shape", r.shape}, {"bytes", r.end - r.begin}, {"shard", shard.path()}});
+                         {"shape", checkpoint::safetensors_shape(r.dtype, r.shape)}, {"bytes", r.end - r.begin},
+                         {"shard", shard.path()}});
     }
     shards.push_back({{"file", shard.path()}, {"tensors", shard.tensors().size()}, {"bytes", shard_bytes}});
     total += shard_bytes;

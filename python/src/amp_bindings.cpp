@@ -6,6 +6,7 @@
 // (python/torchbridge/amp.py).
 #include <torchbridge/amp/grad_scaler.h>
 
+#include "python_errors.h"
 #include "tensor_address.h"
 
 #include <ATen/core/Tensor.h>
@@ -50,7 +51,7 @@ void bind_amp(py::module_& m) {
     try {
       if (pointer) std::rethrow_exception(pointer);
     } catch (const amp::GradScalerAssertion& e) {
-      PyErr_SetString(PyExc_AssertionError, e.msg().c_str());
+      set_python_error(PyExc_AssertionError, e.msg());
     }
   });
 

@@ -3,6 +3,7 @@
 #include "child_process.h"
 #include "commands.h"
 #include "compiler_runtime.h"
+#include "python_errors.h"
 
 #include <torchbridge/process_isolation.h>
 #include <torchbridge/one_accelerator.h>
@@ -51,15 +52,15 @@ void register_exceptions() {
     try {
       if (pointer) std::rethrow_exception(pointer);
     } catch (const c10::OutOfMemoryError& e) {
-      PyErr_SetString(py::module_::import("torch").attr("OutOfMemoryError").ptr(), e.msg().c_str());
+      python::set_python_error(py::module_::import("torch").attr("OutOfMemoryError").ptr(), e.msg());
     } catch (const c10::IndexError& e) {
-      PyErr_SetString(PyExc_IndexError, e.msg().c_str());
+      python::set_python_error(PyExc_IndexError, e.msg());
     } catch (const c10::ValueError& e) {
-      PyErr_SetString(PyExc_ValueError, e.msg().c_str());
+      python::set_python_error(PyExc_ValueError, e.msg());
     } catch (const c10::NotImplementedError& e) {
-      PyErr_SetString(PyExc_NotImplementedError, e.msg().c_str());
+      python::set_python_error(PyExc_NotImplementedError, e.msg());
     } catch (const c10::Error& e) {
-      PyErr_SetString(PyExc_RuntimeError, e.msg().c_str());
+      python::set_python_error(PyExc_RuntimeError, e.msg());
     }
   });
 }

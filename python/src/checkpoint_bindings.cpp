@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,10 +22,11 @@ void bind_checkpoint(py::module_& m) {
   m.def("checkpoint_names", [](const std::string& path) { return checkpoint::Checkpoint::open(path).names(); });
   m.def("checkpoint_metadata", [](const std::string& path) { return checkpoint::Checkpoint::open(path).metadata(); });
   // {name: capsule} for `names` (all when empty); CPU tensors alias the file's mapping when aligned.
-  m.def("checkpoint_load", [](const std::string& path, const std::vector<std::string>& names) {
+  // `names`: None loads every tensor; an empty list, none.
+  m.def("checkpoint_load", [](const std::string& path, const std::optional<std::vector<std::string>>& names) {
     const auto file = checkpoint::Checkpoint::open(path);
     py::dict out;
-    for (const auto& name : names.empty() ? file.names() : names) out[py::str(name)] = to_capsule(file.load(name));
+    for (const auto& name : names ? *names : file.names()) out[py::str(name)] = to_capsule(file.load(name));
     return out;
   });
   m.def("checkpoint_save", [](const std::string& path, const std::vector<std::pair<std::string, py::capsule>>& items,

@@ -32,7 +32,9 @@ def metadata(path: str) -> "dict[str, str]":
 def load(path: str, names: "list[str] | None" = None, device="cpu") -> "dict[str, torch.Tensor]":
     """Loads `names` (all when None) onto `device`. On the CPU, tensors alias the file's private
     mapping when aligned (writes never reach the file)."""
-    capsules = _C.checkpoint_load(check_path(path), list(names or []))
+    if isinstance(names, (str, bytes)):  # list("ab") would ask for tensors "a" and "b"
+        raise TypeError(f"names must be a list of tensor names or None, got the string {names!r}")
+    capsules = _C.checkpoint_load(check_path(path), None if names is None else list(names))
     device = torch.device(device)
     loaded = {name: from_dlpack(capsule) for name, capsule in capsules.items()}
     return loaded if device.type == "cpu" else {name: t.to(device) for name, t in loaded.items()}
@@ -88,13 +90,19 @@ def _shard_limit(max_shard_size) -> int:
 
 
 def _check_shared_storage(tensors):
-    # Checked on the caller's tensors: the copies made for the C++ side no longer share storage.
-    owners = {}
+    """Refuses two tensors whose bytes overlap (tied weights); views of one storage that share no
+    bytes (the parts of a fused weight) are distinct, as the safetensors package has them. Checked
+    on the caller's tensors: the copies made for the C++ side no longer share storage."""
+    spans = {}
     for name, t in tensors.items():
         if t.numel() == 0:
             continue
-        key = (t.device, t.untyped_storage().data_ptr())
-        if key in owners:
-            raise ValueError(f"tensors '{owners[key]}' and '{name}' share storage; safetensors stores tensors "
-                             "separately, so save a clone of one (e.g. for tied weights) or only one of them")
-        owners[key] = name
+        # torch's strides are non-negative, so the last element lies at the sum of (size - 1) * stride.
+        last = t.storage_offset() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+        begin, end = t.storage_offset() * t.element_size(), (last + 1) * t.element_size()
+        others = spans.setdefault((t.device, t.untyped_storage().data_ptr()), [])
+        for other_begin, other_end, other in others:
+            if begin < other_end and other_begin < end:
+                raise ValueError(f"tensors '{other}' and '{name}' share storage; safetensors stores tensors "
+                                 "separately, so save a clone of one (e.g. for tied weights) or only one of them")
+        others.append((begin, end, name))

@@ -105,6 +105,12 @@ uint64_t parse_size(const std::string& text) {
 Checkpoint Checkpoint::open(const std::string& path) {
   std::string target = path;
   if (is_directory(path)) {
+    // transformers reads the single file where both are present, an index-first reader the shards;
+    // two readers must never see different weights in one directory, so neither is guessed.
+    TORCH_CHECK_VALUE(!(exists(path + "/model" + kIndexSuffix) && exists(path + "/model.safetensors")), path,
+                      ": directory holds both model.safetensors and model", kIndexSuffix,
+                      ", two checkpoints that may hold different tensors; open the one you mean by its path, or "
+                      "remove the other");
     if (exists(path + "/model" + kIndexSuffix)) target = path + "/model" + kIndexSuffix;
     else if (exists(path + "/model.safetensors")) target = path + "/model.safetensors";
     else TORCH_CHECK_VALUE(false, path, ": directory holds neither model", kIndexSuffix, " nor model.safetensors",

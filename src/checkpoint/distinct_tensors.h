@@ -1,6 +1,8 @@
 #pragma once
-// What a safetensors file, or a sharded checkpoint as a whole, may not hold twice: a name, or a
-// storage (the format stores every tensor on its own, so two sharing one would come back apart).
+// What a safetensors file, or a sharded checkpoint as a whole, may not hold twice: a name, or the
+// same bytes of a storage (the format stores every tensor on its own, so two tensors sharing bytes,
+// e.g. tied weights, would come back apart). Views of one storage that share no bytes (the parts of
+// a fused weight) are distinct, as the safetensors package has them.
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/StorageImpl.h>
@@ -9,6 +11,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace torchbridge::checkpoint {
 
@@ -17,14 +20,19 @@ class DistinctTensors {
   // `where` (a file or directory path) starts every error message.
   explicit DistinctTensors(std::string where) : where_(std::move(where)) {}
 
-  // Raises ValueError naming the name given twice, or both tensors that share storage. Shared
-  // storage is refused rather than silently duplicated or dropped: the caller decides.
+  // Raises ValueError naming the name given twice, or both tensors whose bytes overlap. Shared
+  // bytes are refused rather than silently duplicated or dropped: the caller decides.
   void add(const std::string& name, const at::Tensor& tensor);
 
  private:
+  // The bytes [begin, end) of a storage a tensor spans (all between its first and last element).
+  struct Span {
+    size_t begin, end;
+    std::string name;
+  };
   std::string where_;
   std::set<std::string> names_;
-  std::map<const c10::StorageImpl*, std::string> owners_;
+  std::map<const c10::StorageImpl*, std::vector<Span>> spans_;
 };
 
 }  // namespace torchbridge::checkpoint

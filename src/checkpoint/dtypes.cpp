@@ -4,6 +4,7 @@
 
 #include <array>
 #include <string>
+#include <vector>
 
 namespace torchbridge::checkpoint {
 namespace {
@@ -13,9 +14,9 @@ struct DtypeName {
   c10::ScalarType dtype;
 };
 
-// Every safetensors dtype with a whole-byte torch element type. The sub-byte F4 and F6 types
-// (torch's float4_e2m1fn_x2 packs two values a byte) are refused by name.
-constexpr std::array<DtypeName, 19> kDtypes = {{
+// Every safetensors dtype torch has an element type for. F4 is torch's float4_e2m1fn_x2, two values
+// a byte; the F6 types have none and are refused by name.
+constexpr std::array<DtypeName, 20> kDtypes = {{
     {"BOOL", c10::ScalarType::Bool},         {"U8", c10::ScalarType::Byte},
     {"I8", c10::ScalarType::Char},           {"I16", c10::ScalarType::Short},
     {"U16", c10::ScalarType::UInt16},        {"I32", c10::ScalarType::Int},
@@ -25,7 +26,7 @@ constexpr std::array<DtypeName, 19> kDtypes = {{
     {"F64", c10::ScalarType::Double},        {"F8_E4M3", c10::ScalarType::Float8_e4m3fn},
     {"F8_E5M2", c10::ScalarType::Float8_e5m2}, {"C64", c10::ScalarType::ComplexFloat},
     {"F8_E4M3FNUZ", c10::ScalarType::Float8_e4m3fnuz}, {"F8_E5M2FNUZ", c10::ScalarType::Float8_e5m2fnuz},
-    {"F8_E8M0", c10::ScalarType::Float8_e8m0fnu},
+    {"F8_E8M0", c10::ScalarType::Float8_e8m0fnu}, {"F4", c10::ScalarType::Float4_e2m1fn_x2},
 }};
 
 }  // namespace
@@ -51,6 +52,17 @@ std::string safetensors_dtype_name(c10::ScalarType dtype) {
     if (dtype == entry.dtype) return entry.name;
   }
   TORCH_CHECK_VALUE(false, "dtype ", c10::toString(dtype), " cannot be stored in safetensors");
+}
+
+int64_t values_per_element(c10::ScalarType dtype) { return dtype == c10::ScalarType::Float4_e2m1fn_x2 ? 2 : 1; }
+
+std::vector<int64_t> safetensors_shape(c10::ScalarType dtype, c10::IntArrayRef sizes) {
+  std::vector<int64_t> shape = sizes.vec();
+  if (values_per_element(dtype) == 1) return shape;
+  TORCH_CHECK_VALUE(!shape.empty(), "a 0-dim ", c10::toString(dtype), " tensor cannot be stored in safetensors, whose ",
+                    safetensors_dtype_name(dtype), " shape counts its values along a last dimension; reshape it to [1]");
+  shape.back() *= values_per_element(dtype);
+  return shape;
 }
 
 }  // namespace torchbridge::checkpoint

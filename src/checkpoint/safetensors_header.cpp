@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace torchbridge::checkpoint {
 namespace {
@@ -25,11 +26,14 @@ using json = nlohmann::json;
 // Bounded nesting and unique keys in every object (the JSON library would otherwise keep the last
 // duplicate silently).
 json parse_strictly(const std::string& file, std::string_view text) {
-  const auto on_problem = [&](detail::JsonProblem problem, const std::string& key, int depth) {
+  const auto on_problem = [&](detail::JsonProblem problem, const std::string& key,
+                              const std::vector<std::string>& enclosing_keys) {
     if (problem == detail::JsonProblem::too_deep) {
       fail(file, std::nullopt, "header JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     }
-    fail(file, depth == 1 ? std::optional<std::string>(key) : std::nullopt, "appears twice in the header (duplicate key '" + key + "')");
+    if (enclosing_keys.empty()) fail(file, key, "appears twice in the header (duplicate key '" + key + "')");
+    if (enclosing_keys.front() == "__metadata__") fail(file, std::nullopt, "__metadata__ gives key '" + key + "' twice");
+    fail(file, enclosing_keys.front(), "its entry gives \"" + key + "\" twice");
   };
   try {
     return detail::parse_json_strictly(text, kMaxJsonDepth, on_problem);
@@ -74,6 +78,15 @@ TensorRecord parse_tensor(const std::string& file, const std::string& name, cons
                            "cannot give it strides (even with no elements)");
     }
     record.shape.push_back(static_cast<int64_t>(size));
+  }
+  const int64_t packed = values_per_element(record.dtype);
+  if (packed > 1) {  // F4: the shape counts values, torch's element holds `packed` of them
+    if (record.shape.empty() || record.shape.back() % packed != 0) {
+      fail(file, name, "shape " + shape.dump() + " of " + dtype.get<std::string>() + " must have a last dimension " +
+                           "divisible by " + std::to_string(packed) + " (the values a byte holds)");
+    }
+    record.shape.back() /= packed;
+    elements /= static_cast<uint64_t>(packed);
   }
   const json& offsets = value["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2) fail(file, name, "data_offsets must be [begin, end], got " + offsets.dump());

@@ -16,10 +16,33 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 namespace torchbridge::checkpoint {
+
+namespace {
+
+bool starts_with(const uint8_t* bytes, uint64_t size, std::string_view prefix) {
+  return size >= prefix.size() && std::memcmp(bytes, prefix.data(), prefix.size()) == 0;
+}
+
+// For a file whose first bytes are no safetensors header: the files most often mistaken for one are
+// named (their first bytes read as a length of petabytes otherwise). Returns for any other file.
+void refuse_a_file_of_another_kind(const std::string& path, const uint8_t* bytes, uint64_t size) {
+  TORCH_CHECK_VALUE(!starts_with(bytes, size, "PK\x03\x04"), path,
+                    ": is a zip archive (torch.save's format), not a safetensors file; torch.load reads it, and "
+                    "`torchbridge checkpoint convert` turns it into safetensors");
+  TORCH_CHECK_VALUE(!(bytes[0] == 0x80 && bytes[1] >= 2 && bytes[1] <= 5), path,
+                    ": is a Python pickle (torch.save's legacy format), not a safetensors file");
+  // What a repository cloned without git-lfs holds in place of each large file.
+  TORCH_CHECK_VALUE(!starts_with(bytes, size, "version https://git-lfs"), path,
+                    ": is a git-lfs pointer file, not the safetensors file it stands for; fetch the file itself "
+                    "(`git lfs pull` in its repository)");
+}
+
+}  // namespace
 
 struct SafetensorsFile::Mapping {
   void* address = nullptr;
@@ -62,21 +85,23 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   const auto* bytes = static_cast<const uint8_t*>(address);
   uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | bytes[i];  // little-endian
-  if (header_bytes > kMaxHeaderBytes || 8 + header_bytes > size || header_bytes == 0 || bytes[8] != '{') {
-    // Not a safetensors header: the files most often mistaken for one are named (their first
-    // bytes read as a length of petabytes otherwise).
-    TORCH_CHECK_VALUE(std::memcmp(bytes, "PK\x03\x04", 4) != 0, path,
-                      ": is a zip archive (torch.save's format), not a safetensors file; torch.load reads it, and "
-                      "`torchbridge checkpoint convert` turns it into safetensors");
-    TORCH_CHECK_VALUE(!(bytes[0] == 0x80 && bytes[1] >= 2 && bytes[1] <= 5), path,
-                      ": is a Python pickle (torch.save's legacy format), not a safetensors file");
-  }
+  const bool length_fits = header_bytes > 0 && header_bytes <= kMaxHeaderBytes && 8 + header_bytes <= size;
+  // JSON may begin with whitespace (the safetensors package reads such a header too).
+  uint64_t first = 8;
+  while (length_fits && first < 8 + header_bytes && std::strchr(" \t\r\n", bytes[first]) && bytes[first] != 0) ++first;
+  const bool starts_an_object = length_fits && first < 8 + header_bytes && bytes[first] == '{';
+  if (!starts_an_object) refuse_a_file_of_another_kind(path, bytes, size);
   TORCH_CHECK_VALUE(header_bytes <= kMaxHeaderBytes, path, ": header length ", header_bytes,
                     " exceeds the format's limit of ", kMaxHeaderBytes, " bytes");
   TORCH_CHECK_VALUE(8 + header_bytes <= size, path, ": header length ", header_bytes, " runs past the end of the ",
                     size, "-byte file");
-  TORCH_CHECK_VALUE(header_bytes > 0 && bytes[8] == '{', path, ": header must be a JSON object starting with '{'");
+  TORCH_CHECK_VALUE(starts_an_object, path, ": header must be a JSON object starting with '{'");
   const std::string_view header(reinterpret_cast<const char*>(bytes + 8), header_bytes);
+  // JSON text holds no NUL byte (not even inside a string, where it must be escaped); the JSON
+  // parser would take one for the end of its input and ignore whatever follows it.
+  const size_t nul = header.find('\0');
+  TORCH_CHECK_VALUE(nul == std::string_view::npos, path, ": header holds a NUL byte at byte ", nul,
+                    " of its ", header_bytes, ", which JSON text cannot");
   ParsedHeader parsed = parse_header(path, header, size - 8 - header_bytes);
   file.data_ = bytes + 8 + header_bytes;
   file.records_ = std::move(parsed.records);

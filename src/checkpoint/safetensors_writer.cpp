@@ -5,6 +5,7 @@
 
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/distinct_tensors.h"
+#include "checkpoint/staged_publish.h"
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
@@ -13,8 +14,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -33,10 +36,25 @@ void check_utf8(const std::string& path, const char* what, const std::string& te
   }
 }
 
+// PREFIX.safetensors written beside PREFIX.safetensors.index.json would leave a directory holding
+// two checkpoints of one name, which readers tell apart differently (transformers reads the single
+// file, Checkpoint::open refuses to guess).
+void refuse_beside_an_index(const std::string& path) {
+  const std::string suffix = ".safetensors";
+  if (path.size() < suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) return;
+  const std::string index = path.substr(0, path.size() - suffix.size()) + kIndexSuffix;
+  std::error_code no_file;
+  TORCH_CHECK_VALUE(!std::filesystem::exists(index, no_file), path, ": ", index,
+                    " beside it names a sharded checkpoint, and a directory holding both is ambiguous; save the "
+                    "checkpoint to the directory with a shard size (it replaces the sharded one whole), or remove "
+                    "the index and its shards first");
+}
+
 }  // namespace
 
 void save(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
           const std::map<std::string, std::string>& metadata) {
+  refuse_beside_an_index(path);
   DistinctTensors distinct(path);
   std::vector<std::pair<std::string, at::Tensor>> prepared;
   for (const auto& [name, tensor] : tensors) {
@@ -46,6 +64,9 @@ void save(const std::string& path, const std::vector<std::pair<std::string, at::
     TORCH_CHECK_VALUE(tensor.defined(), path, ": tensor '", name, "' is undefined");
     TORCH_CHECK_VALUE(holds_dtype(tensor.scalar_type()), path, ": tensor '", name, "' has dtype ",
                       c10::toString(tensor.scalar_type()), ", which safetensors cannot hold");
+    TORCH_CHECK_VALUE(tensor.dim() > 0 || values_per_element(tensor.scalar_type()) == 1, path, ": tensor '", name,
+                      "' is a 0-dim ", c10::toString(tensor.scalar_type()), ", whose two values safetensors' ",
+                      safetensors_dtype_name(tensor.scalar_type()), " can only count along a dimension; reshape it to [1]");
     distinct.add(name, tensor);
     // resolve_conj/resolve_neg: a conjugate or negative view is lazy, a bit over the same bytes, and
     // contiguous() keeps the bit, so writing the storage as it is would save the unconjugated values.
@@ -66,7 +87,7 @@ void save(const std::string& path, const std::vector<std::pair<std::string, at::
   for (const auto& [name, tensor] : prepared) {
     const uint64_t bytes = tensor.nbytes();
     header[name] = {{"dtype", safetensors_dtype_name(tensor.scalar_type())},
-                    {"shape", tensor.sizes().vec()},
+                    {"shape", safetensors_shape(tensor.scalar_type(), tensor.sizes())},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }

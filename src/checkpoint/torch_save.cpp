@@ -78,9 +78,10 @@ class TorchSaveReader {
     char start[2] = {};
     in.read(start, 2);
     // The legacy format (torch < 1.6, or _use_new_zipfile_serialization=False) is a bare pickle.
-    TORCH_CHECK_VALUE(!(start[0] == '\x80' && start[1] == '\x02'), path, ": a torch.save file in the legacy format "
-                      "(torch < 1.6 or _use_new_zipfile_serialization=False), which is not read; re-save it with a "
-                      "current torch.save");
+    // Its first bytes are the pickle's PROTO opcode and protocol (torch.save's pickle_protocol, 2-5).
+    TORCH_CHECK_VALUE(!(start[0] == '\x80' && start[1] >= 2 && start[1] <= 5), path,
+                      ": a torch.save file in the legacy format (torch < 1.6 or "
+                      "_use_new_zipfile_serialization=False), which is not read; re-save it with a current torch.save");
     try {
       return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
     } catch (const c10::Error& e) {

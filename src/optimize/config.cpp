@@ -347,7 +347,8 @@ void validate(const TorchBridgeConfig& config) {
 TorchBridgeConfig config_from_json_text(std::string_view json, const TorchBridgeConfig& base, std::string_view source) {
   nlohmann::json document;
   // A key given twice in one object is refused, as TOML refuses it (nlohmann keeps the last).
-  const auto on_problem = [&](detail::JsonProblem problem, const std::string& key, int /*depth*/) {
+  const auto on_problem = [&](detail::JsonProblem problem, const std::string& key,
+                              const std::vector<std::string>& /*enclosing_keys*/) {
     TORCH_CHECK_VALUE(problem != detail::JsonProblem::too_deep, source, ": JSON nests deeper than ",
                       kMaxConfigDepth, " levels");
     TORCH_CHECK_VALUE(false, source, ": key '", key, "' is given twice in one object");

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <utility>
@@ -138,6 +139,39 @@ TEST(Safetensors, SharedStorageIsRefusedAndTheExistingFileSurvives) {
   closedir(dir);
 }
 
+// Views of one storage that share no bytes (the parts of a fused weight) are saved, each on its
+// own, as the safetensors package saves them; overlapping ones are still refused.
+TEST(Safetensors, ViewsSharingNoBytesAreSavedAndOverlappingOnesRefused) {
+  const std::string path = temp_path("fused.safetensors");
+  const at::Tensor fused = at::randn({6, 4});
+  save(path, {{"q", fused.slice(0, 0, 2)}, {"k", fused.slice(0, 2, 4)}, {"v", fused.slice(0, 4, 6)}});
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  EXPECT_TRUE(at::equal(file.load("k"), fused.slice(0, 2, 4)));
+  EXPECT_TRUE(at::equal(file.load("v"), fused.slice(0, 4, 6)));
+  const std::string message = error_of([&] { save(path, {{"a", fused.slice(0, 0, 3)}, {"b", fused.slice(0, 2, 6)}}); });
+  EXPECT_NE(message.find("tensors 'a' and 'b' share storage"), std::string::npos) << message;
+  // Columns interleave in memory: their spans overlap though no element is shared, and are refused.
+  EXPECT_NE(error_of([&] { save(path, {{"c0", fused.select(1, 0)}, {"c1", fused.select(1, 1)}}); }).find("share storage"),
+            std::string::npos);
+}
+
+// model.safetensors beside model.safetensors.index.json: transformers reads the single file, an
+// index-first reader the shards; neither is guessed, and save does not make such a directory.
+TEST(Checkpoint, ADirectoryHoldingBothASingleFileAndAnIndexIsRefused) {
+  const std::string directory = temp_path("both");
+  save_sharded(directory, {{"a", at::randn({16})}, {"b", at::randn({16})}}, 64);
+  ASSERT_TRUE(Checkpoint::open(directory).sharded());
+  std::string message = error_of([&] { save(directory + "/model.safetensors", {{"a", at::zeros({16})}}); });
+  EXPECT_NE(message.find("model.safetensors.index.json beside it names a sharded checkpoint"), std::string::npos)
+      << message;
+  EXPECT_NE(::access((directory + "/model.safetensors").c_str(), F_OK), 0) << "a refused save must write nothing";
+  std::ofstream(directory + "/model.safetensors") << "stale";
+  message = error_of([&] { Checkpoint::open(directory); });
+  EXPECT_NE(message.find("directory holds both model.safetensors and model.safetensors.index.json"), std::string::npos)
+      << message;
+  EXPECT_TRUE(Checkpoint::open(directory + "/model.safetensors.index.json").sharded()) << "a named file still opens";
+}
+
 // A saved checkpoint gets the permissions any new file gets (0666 less the umask), as
 // torch.save's files do; replacing a file keeps that file's permissions. mkstemp alone gave 0600.
 TEST(Safetensors, SavedFilesGetTheUsualPermissions) {
@@ -253,6 +287,15 @@ TEST(Safetensors, MalformedFilesAreRejectedNamingTheProblem) {
       {"reversed", R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[2,1]}})", 2, "end before they begin"},
       {"metadata", R"({"__metadata__":{"k":3}})", 0, "__metadata__ value for 'k' must be a string"},
       {"deep", deeply_nested(100), 0, "nests deeper than 64"},
+      {"field_twice", R"({"a":{"dtype":"U8","shape":[1],"shape":[1],"data_offsets":[0,1]}})", 1,
+       "tensor 'a': its entry gives \"shape\" twice"},
+      {"metadata_key_twice", R"({"__metadata__":{"k":"1","k":"2"}})", 0, "__metadata__ gives key 'k' twice"},
+      // The JSON parser takes a NUL for the end of its input: what follows one was ignored.
+      {"nul_then_junk", std::string(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})") + '\0' + "junk", 1,
+       "header holds a NUL byte at byte 53"},
+      {"odd_f4", R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", 2,
+       "tensor 'a': shape [3] of F4 must have a last dimension divisible by 2"},
+      {"scalar_f4", R"({"a":{"dtype":"F4","shape":[],"data_offsets":[0,1]}})", 1, "must have a last dimension"},
   };
   for (const auto& m : corpus) {
     const std::string path = write_raw(std::string(m.name) + ".safetensors", m.header, m.data_bytes);
@@ -260,6 +303,38 @@ TEST(Safetensors, MalformedFilesAreRejectedNamingTheProblem) {
     EXPECT_NE(message.find(m.expected), std::string::npos) << m.name << ": " << message;
     EXPECT_NE(message.find(path), std::string::npos) << m.name << " must name the file: " << message;
   }
+}
+
+// What the safetensors package reads, as it reads it: JSON may begin with whitespace.
+TEST(Safetensors, AHeaderMayBeginWithWhitespace) {
+  const std::string path = write_raw("leading_space.safetensors", " \n{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2);
+  EXPECT_TRUE(at::equal(SafetensorsFile::open(path).load("a"), at::zeros({2}, at::kByte)));
+}
+
+// F4 is torch's float4_e2m1fn_x2, two values a byte: the file's shape counts values, so its last
+// dimension is twice torch's (as the safetensors package writes and reads it).
+TEST(Safetensors, F4HoldsTwoValuesAByteAlongTheLastDimension) {
+  const std::string path = temp_path("f4.safetensors");
+  const at::Tensor packed = at::arange(12, at::kByte).view({4, 3}).view(at::ScalarType::Float4_e2m1fn_x2);
+  save(path, {{"w", packed}});
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  EXPECT_EQ(file.record("w").shape, (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(file.record("w").end - file.record("w").begin, 12u);
+  EXPECT_TRUE(bit_equal(file.load("w"), packed));
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(bytes.find(R"("dtype":"F4","shape":[4,6])"), std::string::npos) << bytes.substr(8, 80);
+  const std::string message = error_of([&] { save(temp_path("f4_scalar.safetensors"), {{"s", packed[0][0]}}); });
+  EXPECT_NE(message.find("tensor 's' is a 0-dim Float4_e2m1fn_x2"), std::string::npos) << message;
+}
+
+TEST(Safetensors, AGitLfsPointerIsNamedAsOne) {
+  const std::string path = temp_path("lfs.safetensors");
+  std::ofstream(path, std::ios::binary) << "version https://git-lfs.github.com/spec/v1\n"
+                                           "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+                                           "size 12345\n";
+  const std::string message = error_of([&] { SafetensorsFile::open(path); });
+  EXPECT_NE(message.find("is a git-lfs pointer file"), std::string::npos) << message;
 }
 
 TEST(Safetensors, BadLengthsAndTinyFiles) {

@@ -44,3 +44,43 @@ def test_errors(tmp_path):
     (tmp_path / "bad.safetensors").write_bytes(b"\x04\x00\x00\x00\x00\x00\x00\x00{}}}")
     with pytest.raises(ValueError, match="bad.safetensors"):
         checkpoint.names(tmp_path / "bad.safetensors")
+
+
+def test_views_sharing_no_bytes_are_saved_as_the_safetensors_package_saves_them(tmp_path):
+    fused = torch.randn(6, 4)  # a fused qkv weight, split into its parts
+    parts = {"q": fused[:2], "k": fused[2:4], "v": fused[4:]}
+    save_file(parts, str(tmp_path / "theirs.safetensors"))  # the reference accepts them
+    checkpoint.save(tmp_path / "ours.safetensors", parts)
+    loaded = checkpoint.load(tmp_path / "ours.safetensors")
+    assert all(torch.equal(loaded[name], part) for name, part in parts.items())
+    with pytest.raises(ValueError, match="'a' and 'b' share storage"):
+        checkpoint.save(tmp_path / "x.safetensors", {"a": fused[:3], "b": fused[2:]})
+
+
+def test_an_empty_list_of_names_loads_none_and_a_string_is_refused(tmp_path):
+    save_file({"a": torch.ones(2), "b": torch.zeros(2)}, str(tmp_path / "t.safetensors"))
+    assert checkpoint.load(tmp_path / "t.safetensors", names=[]) == {}
+    assert set(checkpoint.load(tmp_path / "t.safetensors")) == {"a", "b"}
+    with pytest.raises(TypeError, match="names must be a list of tensor names or None, got the string 'ab'"):
+        checkpoint.load(tmp_path / "t.safetensors", names="ab")
+
+
+def test_an_error_holding_bytes_that_are_not_utf8_still_names_the_file(tmp_path):
+    # A header with the byte 0xff in a name: the message quotes the bytes the parser stopped at,
+    # and Python's strict decoding of them raised UnicodeDecodeError in place of the error.
+    header = b'{"\xff":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(4))
+    with pytest.raises(ValueError, match=r"bad\.safetensors: header is not valid JSON.*\\xff"):
+        checkpoint.load(path)
+
+
+def test_float4_round_trips_with_the_safetensors_package(tmp_path):
+    packed = torch.arange(12, dtype=torch.uint8).view(4, 3).view(torch.float4_e2m1fn_x2)
+    checkpoint.save(tmp_path / "ours.safetensors", {"w": packed})
+    theirs = load_file(str(tmp_path / "ours.safetensors"))["w"]
+    assert theirs.dtype == packed.dtype and theirs.shape == (4, 3)
+    assert torch.equal(theirs.view(torch.uint8), packed.view(torch.uint8))
+    save_file({"w": packed}, str(tmp_path / "theirs.safetensors"))
+    ours = checkpoint.load(tmp_path / "theirs.safetensors")["w"]
+    assert ours.dtype == packed.dtype and torch.equal(ours.view(torch.uint8), packed.view(torch.uint8))

@@ -14,7 +14,8 @@ from safetensors.torch import load_file, save_file
 CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable), "torchbridge")
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.uint16, torch.int32, torch.uint32, torch.int64,
           torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.float8_e4m3fn,
-          torch.float8_e5m2, torch.complex64, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz, torch.float8_e8m0fnu]
+          torch.float8_e5m2, torch.complex64, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz, torch.float8_e8m0fnu,
+          torch.float4_e2m1fn_x2]
 
 
 def tb(*args):

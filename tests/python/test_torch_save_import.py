@@ -182,9 +182,13 @@ def test_python_objects_are_refused_not_run(tmp_path):
     assert "the pickle calls torch.Size, which a state dict does not hold" in message
 
 
-def test_legacy_and_foreign_files_are_refused(tmp_path):
-    message = refused(tmp_path, {"w": torch.ones(2)}, _use_new_zipfile_serialization=False)
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_legacy_files_are_named_as_such_whatever_their_pickle_protocol(tmp_path, protocol):
+    message = refused(tmp_path, {"w": torch.ones(2)}, _use_new_zipfile_serialization=False, pickle_protocol=protocol)
     assert "in.pt: a torch.save file in the legacy format" in message and "re-save" in message
+
+
+def test_foreign_files_are_refused(tmp_path):
     (tmp_path / "text.pt").write_text("not a checkpoint")
     result = convert(tmp_path / "text.pt", tmp_path / "out.safetensors")
     assert result.returncode == 1 and "text.pt: not a torch.save zip archive" in result.stderr

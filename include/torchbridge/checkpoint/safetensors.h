@@ -19,6 +19,12 @@ namespace torchbridge::checkpoint {
 c10::ScalarType dtype_from_safetensors(const std::string& name);  // raises for unknown names
 std::string safetensors_dtype_name(c10::ScalarType dtype);         // raises for unsupported dtypes
 bool holds_dtype(c10::ScalarType dtype);  // whether safetensors has a name for it
+// Values per torch element: 2 for float4_e2m1fn_x2 (safetensors' F4, two values a byte), else 1. A
+// safetensors shape counts values, so F4's last dimension is twice torch's.
+int64_t values_per_element(c10::ScalarType dtype);
+// The shape a safetensors header gives a tensor of these sizes (raises for a 0-dim F4 tensor, whose
+// two values have no dimension to be counted in).
+std::vector<int64_t> safetensors_shape(c10::ScalarType dtype, c10::IntArrayRef sizes);
 
 struct TensorRecord {
   std::string name;
