@@ -1,6 +1,6 @@
 """The queries programs make of torch.cuda, on the torch.<name> module of an SDK device: device
-name and properties, memory statistics and the per-process memory fraction, the current stream,
-bfloat16 support. Properties come from the C++ backend's DeviceInfo (the runtime's own
+name and properties, memory statistics and the per-process memory fraction, bfloat16 support
+(streams: _device_streams). Properties come from the C++ backend's DeviceInfo (the runtime's own
 description); memory from torch.accelerator, which reads the SDK's caching allocator in C++ and
 never calls back into this module."""
 
@@ -53,9 +53,6 @@ def add_queries(module, name: str, index) -> None:
         stats = json.loads(_C.lookup(name).memory_stats_json(index(device)))
         return stats["free_bytes"], stats["total_bytes"]
 
-    def current_stream(device=None) -> torch.Stream:
-        return torch.accelerator.current_stream(index(device))
-
     def set_per_process_memory_fraction(fraction, device=None) -> None:
         """Caps what this process may reserve on the device at ``fraction`` (0 to 1) of its memory,
         as torch.cuda's does: past the cap an allocation raises torch.OutOfMemoryError."""
@@ -66,7 +63,7 @@ def add_queries(module, name: str, index) -> None:
     def get_per_process_memory_fraction(device=None) -> float:
         return _C.sdk_memory_fraction(index(device))
 
-    for query in (get_device_name, get_device_properties, is_bf16_supported, mem_get_info, current_stream,
+    for query in (get_device_name, get_device_properties, is_bf16_supported, mem_get_info,
                   set_per_process_memory_fraction, get_per_process_memory_fraction):
         setattr(module, query.__name__, query)
 

@@ -30,9 +30,12 @@ def eval_mode(model: torch.nn.Module):
     if not hasattr(model, "training"):  # a frozen TorchScript module: an inference graph already
         yield
         return
-    was_training = model.training
+    # Every module's own mode, not the root's: model.train(True) would also unfreeze a submodule
+    # the program keeps in eval mode (a frozen BatchNorm), which then updates its statistics.
+    modes = [(module, module.training) for module in model.modules()]
     model.eval()
     try:
         yield
     finally:
-        model.train(was_training)
+        for module, training in modes:
+            module.training = training

@@ -5,8 +5,9 @@ import faulthandler
 import importlib.util
 import os
 import runpy
+import signal
 import sys
-import traceback
+import zipfile
 
 from . import _C
 
@@ -45,8 +46,11 @@ def _run(argv: "list[str]") -> int:
         module, arguments = argv[1], list(argv[2:])
     else:
         script, arguments = argv[0], list(argv[1:])
-        if not os.path.isfile(script):
-            print(f"torchbridge: run: script '{script}' does not exist", file=sys.stderr)
+        # As `python PATH`: a file, a zip archive, or a directory holding a __main__.py.
+        if not os.path.isfile(script) and not os.path.isfile(os.path.join(script, "__main__.py")):
+            print(f"torchbridge: run: script '{script}' does not exist"
+                  + (" (a directory runs only with a __main__.py in it)" if os.path.isdir(script) else ""),
+                  file=sys.stderr)
             return 1
     from . import redirect
 
@@ -72,8 +76,11 @@ def _run(argv: "list[str]") -> int:
             _PROGRAM_STATE.append(runpy.run_module(module, run_name="__main__", alter_sys=True))
         else:
             sys.argv = [script] + arguments
-            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-            _PROGRAM_STATE.append(runpy.run_path(script, run_name="__main__"))
+            # A directory or zip archive is itself first on sys.path (runpy puts it there); a file,
+            # its directory. __file__ is absolute, as Python (3.9+) makes a main script's.
+            if os.path.isfile(script) and not zipfile.is_zipfile(script):
+                sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+            _PROGRAM_STATE.append(runpy.run_path(os.path.abspath(script), run_name="__main__"))
     except SystemExit as exit_request:  # the script's own exit code is preserved
         _PROGRAM_STATE.append(exit_request)
         code = exit_request.code
@@ -83,10 +90,13 @@ def _run(argv: "list[str]") -> int:
         return 1
     except BaseException as error:  # noqa: BLE001 - report exactly like Python would
         _PROGRAM_STATE.append(error)
-        traceback.print_exc()
-        return 1
+        # Through sys.excepthook, as Python reports an uncaught exception (a program may set its
+        # own); an interrupted program exits as Python's does, 128 + SIGINT.
+        sys.excepthook(type(error), error, error.__traceback__)
+        return 128 + signal.SIGINT if isinstance(error, KeyboardInterrupt) else 1
     finally:
-        redirect.disable()
+        # Redirection stays on until the interpreter ends, as the program's objects do: its
+        # threads still run, and its atexit handlers still call torch.cuda, after this returns.
         # What the script printed reaches the terminal or pipe now, even if native code crashes
         # while the interpreter shuts down.
         sys.stdout.flush()

@@ -11,7 +11,7 @@ import warnings
 
 import torch
 
-from . import _C, _device_queries, _inductor_refusal, _parallel_comm
+from . import _C, _device_queries, _device_streams, _inductor_refusal, _parallel_comm
 
 #: Environment variable naming an SDK device to load when torchbridge is imported, for programs
 #: that cannot be edited.
@@ -228,6 +228,7 @@ def _device_module(name: str) -> types.ModuleType:
     # other numbers when recomputed, and the gradients came out wrong.
     module._initialized = True
     _device_queries.add_queries(module, name, index)
+    _device_streams.add_streams(module, name, index)
     return module
 
 

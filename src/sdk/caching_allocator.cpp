@@ -2,8 +2,8 @@
 //  - sizes round up to 512 B; requests <= 1 MiB come from 2 MiB "small" segments, larger ones
 //    from 20 MiB segments (or their own segment, rounded to 2 MiB, past 10 MiB);
 //  - free blocks are cached per (device, pool, stream) and split / re-merged with neighbours;
-//  - a block used on other streams (recordStream) is reused only after events recorded on those
-//    streams at free time have completed;
+//  - a block used on other streams (recordStream), or freed while its own stream still has work
+//    queued, is reused only after events recorded on those streams at free time have completed;
 //  - on out-of-memory the cache is released and the allocation retried once before raising;
 //  - a per-process memory fraction caps reserved bytes per device, as CUDA's allocator does
 //    (torch.cuda.set_per_process_memory_fraction): a segment past the cap counts as out of memory.
@@ -99,6 +99,16 @@ void update(c10::CachingAllocator::StatArray& stat, bool small, int64_t amount) 
 
 void delete_block(void* context);
 
+// Whether the stream has run everything queued on it; a failed query (a deleter must not raise)
+// warns and counts as busy, so the caller waits for it.
+bool stream_idle(c10::DeviceIndex device, c10::StreamId id) {
+  const c10::Stream stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+  const tb_status status = runtime().table().stream_query(runtime().context(), native_stream(stream));
+  if (status == TB_SUCCESS) return true;
+  if (status != TB_ERROR_NOT_READY) runtime().warn_unless_success(status, "stream_query");
+  return false;
+}
+
 template <typename Fn>
 void for_each_stat(DeviceStats& s, Fn&& fn) {
   for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
@@ -151,11 +161,17 @@ class SdkCachingAllocator final : public CachingAllocator {
     update(state.stats.allocation, block->small, -1);
     update(state.stats.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
     block->allocated = false;
+    // Work queued on the block's own stream before this free (an asynchronous copy or memset) may
+    // still read or write it. CUDA's allocator hands such a block out at once, since whatever its
+    // next owner does is queued behind that work; here the next owner may be a kernel run on the
+    // host (the CPU fallback), on another thread, at once. So while that stream is busy, the block
+    // waits for it as for any other stream that used it.
+    if (!stream_idle(block->device, block->stream)) block->stream_uses.emplace(block->device, block->stream);
     if (block->stream_uses.empty()) {
       return_to_pool(state, block);
       return;
     }
-    // Other streams may still read or write this memory: reuse it only after they pass here.
+    // Streams may still read or write this memory: reuse it only after they pass here.
     // This runs in a deleter, inside a destructor: a runtime failure must not raise. Without an
     // event the block waits for its streams right here; if even that fails, it is never reused.
     PendingFree pending{block, {}};

@@ -17,6 +17,7 @@
 #include "sdk/runtime_handle.h"
 #include "sdk/stream_registry.h"
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -151,14 +152,17 @@ void copy_bytes_after_wait(void* dst, const void* src, size_t bytes, tb_memcpy_k
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   check_stack_headroom("aten::_copy_from");
+  // copy_ broadcasts its source to the destination's shape, as on every torch device, and refuses
+  // what does not broadcast with the CPU's own messages, an empty destination included.
+  const auto broadcast = at::infer_size_dimvector(dst.sizes(), self.sizes());
+  TORCH_CHECK(c10::IntArrayRef(broadcast) == dst.sizes(), "output with shape ", dst.sizes(),
+              " doesn't match the broadcast shape ", c10::IntArrayRef(broadcast));
   if (dst.numel() == 0) return dst;
   // torch's copy_ hands devices it does not know to _copy_from before its own overlap checks, so
   // they are made here, as every torch device makes them: a destination that overlaps itself or
   // part of its source has no single right result (x[2:8].copy_(x[0:6]) is refused on the CPU).
   at::assert_no_internal_overlap(dst);
   at::assert_no_partial_overlap(dst, self);
-  // copy_ broadcasts its source to the destination's shape, as on every torch device; expand()
-  // raises torch's own error for shapes that do not broadcast.
   const at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
   if (same_layout(src, dst)) {
     raw_copy(src, dst, non_blocking);

@@ -215,9 +215,9 @@ void register_cpu_fallback() {
   // internal assertion "DispatchStub: missing kernel"); addr_ calls addr.out with `self` as the
   // out= argument, which the CPU kernel recognises by the reference's address (lost when a boxed
   // call unboxes it) and the device-generic composite not at all: `t.addr_(u, v)` on a 0-dim `t`
-  // made it a matrix where the CPU refuses. Their CPU kernels, through the fallback, behave as on
-  // the CPU.
-  for (const char* name : {"conj_physical_", "addr_"}) {
+  // made it a matrix where the CPU refuses; kaiser_window (each overload), a factory, calls its
+  // DispatchStub directly too. Their CPU kernels, through the fallback, behave as on the CPU.
+  for (const char* name : {"conj_physical_", "addr_", "kaiser_window", "kaiser_window.periodic", "kaiser_window.beta"}) {
     functional->impl(name, torch::CppFunction::makeFromBoxedFunction<&fallback>());
   }
 }

@@ -75,13 +75,12 @@ const at::Tensor& resize_in_place(const at::Tensor& self, c10::IntArrayRef size,
 
 at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t storage_offset, c10::IntArrayRef size,
                         c10::IntArrayRef stride) {
-  // torch's generic implementation would grow a too-small storage with a host memcpy; an SDK
-  // device storage must already be large enough.
+  // A storage too small for the view grows, as the CPU's and CUDA's do; torch's generic
+  // implementation would grow it with a host memcpy, so it is grown here, on the device.
   const size_t needed = stride.data() != nullptr
                             ? at::detail::computeStorageNbytes(size, stride, self.element_size(), storage_offset)
                             : at::detail::computeStorageNbytesContiguous(size, self.element_size(), storage_offset);
-  TORCH_CHECK(needed <= source.nbytes(), "set_: the view needs ", needed, " bytes but the ", runtime().name(),
-              " storage holds only ", source.nbytes());
+  if (needed > source.nbytes()) resize_storage_bytes(source, needed);
   return at::native::set_storage_cpu_(self, std::move(source), storage_offset, size, stride);
 }
 

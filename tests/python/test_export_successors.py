@@ -328,3 +328,26 @@ def test_validate_refuses_a_foreign_pt2_and_other_dtypes(mlp_package, tmp_path):
     assert run.stdout == ""  # refused before any validation
     run = validate("--model", "builtin:mlp", "--backends", "cpu", "--dtype", "bf16", "--compiled", str(mlp_package))
     assert run.returncode != 0 and "--compiled checks the package in fp32" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("export_with", ["exported_program", "torchscript", "optimize_validation"])
+def test_every_submodule_gets_its_own_mode_back(tmp_path, export_with):
+    """Exporting and validating run in eval mode, then put the model back. model.train(True) put
+    back every submodule, so a BatchNorm the program keeps frozen (eval in a training model) came
+    back training and updated its statistics (found 2026-11-29)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Dropout(0.1))
+    model.train()
+    model[1].eval()
+    sample = torch.randn(3, 4)
+    if export_with == "exported_program":
+        deployment.export_to_exported_program(model, output_path=str(tmp_path / "m.pt2"), sample_input=sample)
+    elif export_with == "torchscript":
+        deployment.export_to_torchscript(model, output_path=str(tmp_path / "m.pt"), sample_input=sample,
+                                         method="trace")
+    else:
+        from torchbridge import TorchBridgeConfig, UnifiedManager
+        config = TorchBridgeConfig.for_training()
+        config.validation, config.compile = True, False
+        UnifiedManager(config).optimize(model, example_inputs=sample)
+    assert [m.training for m in model] == [True, False, True]

@@ -25,7 +25,9 @@ PATCHED = [(torch.cuda, "device"), (torch.cuda, "device_of"), (torch.cuda, "memo
            (torch.Tensor, "type"), (comm, "scatter"), (comm, "broadcast_coalesced"),
            (DATA_PARALLEL_MODULE, "_check_balance"), (dist, "init_process_group"), (dist, "new_group"),
            (dist, "new_subgroups"), (dist, "new_subgroups_by_enumeration"),
-           (importlib.import_module("torch.cuda.nccl"), "version")]
+           (importlib.import_module("torch.cuda.nccl"), "version"), (torch, "set_default_tensor_type"),
+           (torch, "asarray"), (torch, "kaiser_window"), (torch.fft, "rfftfreq"), (torch.nested, "nested_tensor"),
+           (torch.nn.DataParallel, "__init__")]
 
 
 @pytest.fixture(autouse=True)
@@ -826,3 +828,137 @@ def test_storages_made_directly_land_on_the_target(target):
     assert raw.size() == 16 and typed.size() == 4
     assert torch.UntypedStorage.__new__ is untyped_new and vars(torch.TypedStorage)["__new__"] is typed_new
     assert torch.UntypedStorage(4).device.type == "cpu"
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_factories_outside_the_first_list_take_the_target(target):
+    """Windows, asarray, the sparse and nested constructors, empty_permuted and fft's frequencies
+    went to torch with device="cuda" (found 2026-11-29: "not linked with support for cuda")."""
+    with redirect.redirected(target):
+        made = {
+            "asarray": torch.asarray([1.0, 2.0], device="cuda"),
+            "hann_window": torch.hann_window(8, device="cuda"),
+            "kaiser_window": torch.kaiser_window(8, device="cuda"),
+            "rfftfreq": torch.fft.rfftfreq(8, device="cuda"),
+            "sparse_coo_tensor": torch.sparse_coo_tensor([[0]], [1.0], (2,), device="cuda"),
+            "nested_tensor": torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], device="cuda"),
+            "empty_permuted": torch.empty_permuted((2, 3), (1, 0), device="cuda"),
+        }
+        assert {name: t.device.type for name, t in made.items()} == {name: target for name in made}
+        torch.testing.assert_close(made["hann_window"].cpu(), torch.hann_window(8, device="cpu"))
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_set_default_tensor_type_to_a_cuda_type_makes_tensors_on_the_target(target):
+    """Old tutorials' torch.set_default_tensor_type(torch.cuda.FloatTensor) raised torch's "only
+    floating-point types are supported" (found 2026-11-29)."""
+    with redirect.redirected(target):
+        try:
+            for chosen in (torch.cuda.DoubleTensor, "torch.cuda.FloatTensor"):
+                torch.set_default_tensor_type(chosen)
+                made = torch.ones(2)
+                assert made.device.type == target and made.dtype == (
+                    torch.float64 if chosen is torch.cuda.DoubleTensor else torch.float32)
+            with pytest.raises(TypeError, match="only floating-point types"):
+                torch.set_default_tensor_type(torch.cuda.LongTensor)
+            torch.set_default_tensor_type(torch.FloatTensor)  # a CPU type takes the device back
+            assert torch.ones(2).device.type == "cpu"
+        finally:
+            torch.set_default_device(None)
+            torch.set_default_dtype(torch.float32)
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_set_device_with_a_negative_index_changes_nothing(target):
+    with redirect.redirected(target):
+        before = torch.cuda.current_device()
+        torch.cuda.set_device(-1)  # torch: "a no-op if this argument is negative"
+        assert torch.cuda.current_device() == before
+
+
+def test_the_global_attention_switches_keep_a_cpu_kernel_on_the_cpu_target(caplog):
+    import logging
+
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8) for _ in range(3))
+    expected = F.scaled_dot_product_attention(q, k, v)
+    try:
+        with redirect.redirected("cpu"), caplog.at_level(logging.WARNING, logger="torchbridge.redirect"):
+            torch.backends.cuda.enable_flash_sdp(False)
+            torch.backends.cuda.enable_math_sdp(False)  # leaving CUDA's memory-efficient kernel alone
+            assert torch.backends.cuda.math_sdp_enabled()
+            torch.testing.assert_close(F.scaled_dot_product_attention(q.cuda(), k.cuda(), v.cuda()), expected)
+        assert any("leaves none of the CPU's attention kernels on" in r.getMessage() for r in caplog.records)
+    finally:
+        torch.backends.cuda.enable_flash_sdp(True)
+        torch.backends.cuda.enable_math_sdp(True)
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_dataparallel_ids_past_the_targets_devices_name_each_device_once(target):
+    """DataParallel(model, device_ids=[0, 1]) written for two GPUs: on the CPU target torch's
+    broadcast failed ("not implemented for CPU tensors"), on emu ids past its two devices raised
+    IndexError. Ids now mean the devices the policy gives them, each once; the model trains as it
+    does on one device."""
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    x, y = torch.randn(6, 8), torch.randn(6, 2)
+    with redirect.redirected(target):
+        model = copy.deepcopy(reference).cuda()
+        parallel = torch.nn.DataParallel(model, device_ids=[0, 1, 2, 3])
+        expected_ids = [0] if target == "cpu" else [0, 1]
+        assert parallel.device_ids == expected_ids
+        loss = ((parallel(x.cuda()).cpu() - y) ** 2).mean()
+    torch.testing.assert_close(loss, ((reference(x) - y) ** 2).mean())
+
+
+RUN_KEEPS_REDIRECTING = """
+import atexit, threading, torch
+
+def at_exit():
+    print("atexit", torch.randn(2, device="cuda").device.type, flush=True)
+
+def late():
+    import time
+    time.sleep(0.5)
+    print("thread", torch.ones(2, device="cuda").device.type, flush=True)
+
+atexit.register(at_exit)
+threading.Thread(target=late).start()
+print("file", __file__)
+"""
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_run_keeps_redirecting_for_the_programs_threads_and_atexit_handlers(target, tmp_path):
+    """`torchbridge run` turned redirection off when the script's body returned: a thread still
+    running and an atexit handler met unredirected torch ("Torch not compiled with CUDA"), and the
+    run still exited 0 (found 2026-11-29). __file__ is absolute, as Python makes a main script's."""
+    result = _run_redirected(RUN_KEEPS_REDIRECTING, target, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert f"thread {target}" in lines and f"atexit {target}" in lines, result.stdout + result.stderr[-2000:]
+    assert f"file {tmp_path / 'program.py'}" in lines
+
+
+def test_run_reports_as_python_does(tmp_path):
+    """An uncaught exception goes through the program's sys.excepthook, KeyboardInterrupt exits
+    130, and a directory with a __main__.py runs as `python DIR` runs it."""
+    hooked = _run_redirected("import sys\nsys.excepthook = lambda t, e, tb: print('hooked', t.__name__)\n"
+                             "raise ValueError('x')\n", "cpu", tmp_path)
+    assert hooked.returncode == 1 and "hooked ValueError" in hooked.stdout
+    interrupted = _run_redirected("raise KeyboardInterrupt\n", "cpu", tmp_path)
+    assert interrupted.returncode == 130 and "KeyboardInterrupt" in interrupted.stderr
+    import os
+    import subprocess
+    import sys
+
+    application = tmp_path / "app"
+    application.mkdir()
+    (application / "__main__.py").write_text("import torch\nprint('app', torch.ones(1, device='cuda').device.type)\n")
+    console_script = os.path.join(os.path.dirname(sys.executable), "torchbridge")
+    ran = subprocess.run([console_script, "run", str(application)], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TORCHBRIDGE_BACKEND="cpu"))
+    assert ran.returncode == 0 and "app cpu" in ran.stdout, ran.stderr[-2000:]

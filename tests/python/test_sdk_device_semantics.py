@@ -359,3 +359,141 @@ def test_only_the_non_blocking_copy_to_the_cpu_is_pinned_as_torch_does():
     assert explicit.is_pinned() and explicit.is_contiguous()
     explicit.sum().backward()  # the copy is differentiable as torch's own
     assert torch.equal(x.grad.cpu(), torch.ones(4, 5))
+
+
+RACING_THREADS = textwrap.dedent("""
+    import threading, torch, torchbridge
+    torchbridge.devices.load("emu")
+    wrong = []
+
+    def copy_across(k):
+        # x * 2 is a temporary copied to emu:1 (queued on emu:0's stream) and dropped at once.
+        for it in range(800):
+            n = 1000 + 37 * ((it + k) % 50)
+            x = torch.arange(n, dtype=torch.float32, device="emu:0")
+            if not torch.equal((x * 2).to("emu:1").cpu(), torch.arange(n, dtype=torch.float32) * 2):
+                wrong.append(("copy", k, it))
+
+    stop = False
+
+    def zeros():
+        while not stop:
+            for n in (1000, 2000, 4000):
+                torch.zeros(n, device="emu")  # dropped at once, its memset maybe still queued
+
+    def double():
+        for it in range(1500):
+            if (torch.ones((1000, 2000, 4000)[it % 3], device="emu") * 2).min().item() != 2.0:
+                wrong.append(("zeros", it))
+
+    threads = [threading.Thread(target=copy_across, args=(k,)) for k in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    z, d = threading.Thread(target=zeros), threading.Thread(target=double)
+    z.start(); d.start(); d.join(); stop = True; z.join()
+    print(len(wrong), wrong[:3])
+""")
+
+
+@pytest.mark.parametrize("guarded", ["1", "0"])
+def test_threads_sharing_a_device_never_get_each_others_numbers(guarded):
+    """A block freed while work queued on its stream still used it (an asynchronous copy to another
+    device, a memset) went at once to the next allocation, which another thread's CPU-fallback
+    kernel then wrote from the host before the queued work ran (found 2026-11-29: 22 to 42 of 6,000
+    results wrong guarded, up to 1,853 unguarded; the victim read another thread's numbers, or
+    zeros). CUDA's allocator may hand such a block out at once because its next owner's kernels
+    queue behind that work; host kernels do not, so the block now waits for its stream."""
+    environment = {**os.environ, "TORCHBRIDGE_EMU_GUARDED": guarded}
+    result = subprocess.run([sys.executable, "-c", RACING_THREADS], capture_output=True, text=True, timeout=600,
+                            env=environment)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[0] == "0", f"results holding another thread's data: {result.stdout}"
+
+
+def test_a_block_freed_while_its_stream_is_busy_waits_for_the_stream():
+    """The deterministic side of the race above: with queued work slowed down, a block freed behind
+    its stream's work is not handed out again until that work has run, then it is."""
+    program = textwrap.dedent("""
+        import torch, torchbridge
+        torchbridge.devices.load("emu")
+        warm = torch.zeros(4096, device="emu"); torch.emu.synchronize(); del warm
+        a = torch.zeros(4096, device="emu")  # its memset queued, slowed by the emulated latency
+        freed = a.data_ptr()
+        del a
+        b = torch.empty(4096, device="emu")
+        print(b.data_ptr() != freed)
+        torch.emu.synchronize()
+        del b
+        c = torch.empty(4096, device="emu")
+        print(c.data_ptr() == freed)
+    """)
+    environment = {**os.environ, "TORCHBRIDGE_EMU_LATENCY_US": "200000"}
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
+                            env=environment)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True"], result.stdout
+
+
+@pytest.mark.parametrize("source_shape", [(4,), (2, 3)])
+def test_copy_into_an_empty_tensor_checks_the_shape_as_the_cpu_does(source_shape):
+    """copy_ returned before checking the shapes when the destination had no elements, so a
+    source that does not broadcast to it was accepted; the CPU refuses it."""
+    messages = []
+    for device in ("cpu", "emu"):
+        with pytest.raises(RuntimeError) as refused:
+            torch.empty(0, 3, device=device).copy_(torch.ones(source_shape, device=device))
+        messages.append(str(refused.value))
+    assert messages[0] == messages[1]
+
+
+def test_copy_from_a_source_of_more_dimensions_names_the_broadcast_as_the_cpu_does():
+    messages = []
+    for device in ("cpu", "emu"):
+        with pytest.raises(RuntimeError) as refused:
+            torch.empty(3, device=device).copy_(torch.ones(1, 3, device=device))
+        messages.append(str(refused.value))
+    assert messages[0] == messages[1] == "output with shape [3] doesn't match the broadcast shape [1, 3]"
+
+
+def test_set_with_a_storage_too_small_grows_it_as_the_cpu_does():
+    results = []
+    for device in ("cpu", "emu"):
+        storage = torch.arange(4, dtype=torch.float32, device=device).untyped_storage()
+        view = torch.empty(0, device=device).set_(storage, 2, (5,))
+        results.append((view.shape, storage.nbytes(), view[:2].cpu().tolist()))
+    assert results[0] == results[1] == (torch.Size([5]), 28, [2.0, 3.0])
+
+
+def test_the_device_module_has_torch_cudas_stream_and_event_api():
+    """torch.emu lacked Stream, Event, stream(), default_stream and set_stream (found 2026-11-29),
+    which code written for torch.cuda, and FSDP's device handle, call on a device's module."""
+    side = torch.emu.Stream()
+    assert isinstance(side, torch.Stream) and side.device == torch.device("emu:0")
+    assert torch.emu.Stream(device=1).device == torch.device("emu:1")
+    assert torch.emu.default_stream() == torch.accelerator.current_stream(0)
+    done = torch.emu.Event(enable_timing=True)
+    with torch.emu.stream(side):
+        assert torch.emu.current_stream() == side
+        result = torch.ones(8, device="emu") * 3
+        done.record()
+    assert torch.emu.current_stream() == torch.emu.default_stream()
+    done.synchronize()
+    assert torch.equal(result.cpu(), torch.full((8,), 3.0))
+    torch.emu.set_stream(side)
+    try:
+        assert torch.emu.current_stream() == side
+    finally:
+        torch.emu.set_stream(torch.emu.default_stream())
+    with torch.emu.stream(None):
+        assert torch.emu.current_stream() == torch.emu.default_stream()
+    with pytest.raises(ValueError, match="expected a stream of 'emu' or None, got one of cpu"):
+        torch.emu.stream(torch.Stream(device="cpu"))
+
+
+@pytest.mark.parametrize("arguments", [(8,), (8, False), (8, True, 5.0)], ids=["length", "periodic", "beta"])
+def test_kaiser_window_is_made_on_the_device_as_on_the_cpu(arguments):
+    """torch.kaiser_window(device="emu") hit torch's internal assertion "DispatchStub: missing
+    kernel for emu": its factory calls its kernel stub directly (found 2026-11-29)."""
+    made = torch.kaiser_window(*arguments, device="emu", dtype=torch.float64)
+    assert made.device.type == "emu"
+    assert torch.equal(made.cpu(), torch.kaiser_window(*arguments, dtype=torch.float64))

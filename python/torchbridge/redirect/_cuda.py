@@ -40,6 +40,9 @@ def build(redirector):
         return index_of()
 
     def set_device(device):
+        # A negative index is a no-op, as torch documents (set_device(local_rank) with its default -1).
+        if isinstance(device, int) and not isinstance(device, bool) and device < 0:
+            return
         if not on_cpu:
             device_module.set_device(index_of(device))
 

@@ -34,6 +34,33 @@ def install(patcher, target_device):
 
     tensor_type.__doc__ = original_type.__doc__
     patcher.replace(torch.Tensor, "type", tensor_type)
+    _install_default_tensor_type(patcher, target_device, by_class, by_name)
+
+
+def _install_default_tensor_type(patcher, target_device, by_class, by_name):
+    """torch.set_default_tensor_type(torch.cuda.FloatTensor), old tutorials' way to put every new
+    tensor on the GPU: the dtype becomes the default and the target the default device. A CPU type
+    given later takes that device back, as torch's CPU types make new tensors on the CPU."""
+    original = torch.set_default_tensor_type
+    device_set_here = False
+
+    def set_default_tensor_type(t):
+        nonlocal device_set_here
+        wanted = by_class.get(t) if isinstance(t, type) else by_name.get(t)
+        if wanted is None:
+            original(t)
+            if device_set_here:
+                torch.set_default_device(None)
+                device_set_here = False
+            return
+        if not wanted.is_floating_point:  # torch's own rule and message
+            raise TypeError("only floating-point types are supported as the default type")
+        torch.set_default_dtype(wanted)
+        torch.set_default_device(target_device)
+        device_set_here = True
+
+    set_default_tensor_type.__doc__ = original.__doc__
+    patcher.replace(torch, "set_default_tensor_type", set_default_tensor_type)
 
 
 def _legacy_class(name, dtype, cpu_type, target_device):

@@ -21,8 +21,13 @@ FACTORIES = (
     "tensor", "as_tensor", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",
     "arange", "range", "linspace", "logspace", "eye", "empty_strided", "scalar_tensor", "tril_indices",
     "triu_indices", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like",
-    "randint_like", "normal", "bernoulli", "poisson", "from_file",
+    "randint_like", "normal", "bernoulli", "poisson", "from_file", "asarray", "empty_permuted",
+    "sparse_coo_tensor", "sparse_csr_tensor", "sparse_csc_tensor", "sparse_bsr_tensor", "sparse_bsc_tensor",
+    "sparse_compressed_tensor", "hann_window", "hamming_window", "bartlett_window", "blackman_window",
+    "kaiser_window",
 )
+# Factories outside torch's own namespace, as (submodule of torch, names).
+SUBMODULE_FACTORIES = (("fft", ("fftfreq", "rfftfreq")), ("nested", ("nested_tensor", "as_nested_tensor")))
 TENSOR_NEW = ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full", "new_empty_strided")
 
 
@@ -149,6 +154,11 @@ def install(redirector, patcher):
         if hasattr(torch, name):
             patcher.replace(torch, name,
                             _with_device_kwarg(getattr(torch, name), redirector, host_only, pin_for_the_target))
+    for submodule_name, names in SUBMODULE_FACTORIES:
+        submodule = getattr(torch, submodule_name)
+        for name in names:
+            patcher.replace(submodule, name,
+                            _with_device_kwarg(getattr(submodule, name), redirector, host_only, pin_for_the_target))
     for name in TENSOR_NEW:
         patcher.replace(torch.Tensor, name,
                         _with_device_kwarg(getattr(torch.Tensor, name), redirector, host_only, pin_for_the_target))
