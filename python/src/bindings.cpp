@@ -146,7 +146,7 @@ PYBIND11_MODULE(_C, m) {
           sdk::load_device(name);
         }
         for (const auto& message : collected.messages) {
-          if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 2) != 0) throw py::error_already_set();
+          if (python::warn_in_python(PyExc_RuntimeWarning, message, 2) != 0) throw py::error_already_set();
         }
       },
       py::arg("name"));

@@ -26,24 +26,24 @@ def add_streams(module, name: str, index) -> None:
                                    interprocess=interprocess)
 
     class StreamContext:
-        """Makes `stream` current on its device for the `with` block (None: changes nothing)."""
+        """Makes `stream` current for the `with` block (None: changes nothing), as torch.cuda's: the
+        stream's device becomes current too, and both the device and that device's previous stream
+        come back at the end (torch.Stream's own context does exactly this)."""
 
         def __init__(self, stream):
             if stream is not None and stream.device.type != name:
                 raise ValueError(f"torch.{name}.stream: expected a stream of {name!r} or None, got one of "
                                  f"{stream.device}")
             self.stream = stream
-            self.previous = None
 
         def __enter__(self):
             if self.stream is not None:
-                self.previous = torch.accelerator.current_stream(self.stream.device_index)
-                torch.accelerator.set_stream(self.stream)
+                self.stream.__enter__()
             return self.stream
 
         def __exit__(self, *exception):
-            if self.previous is not None:
-                torch.accelerator.set_stream(self.previous)
+            if self.stream is not None:
+                self.stream.__exit__(*exception)
             return False
 
     def stream(stream) -> StreamContext:

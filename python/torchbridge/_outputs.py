@@ -30,12 +30,15 @@ def eval_mode(model: torch.nn.Module):
     if not hasattr(model, "training"):  # a frozen TorchScript module: an inference graph already
         yield
         return
-    # Every module's own mode, not the root's: model.train(True) would also unfreeze a submodule
-    # the program keeps in eval mode (a frozen BatchNorm), which then updates its statistics.
+    # Every module's own mode, not the root's: model.train(True) alone would also unfreeze a
+    # submodule the program keeps in eval mode (a frozen BatchNorm), which then updates its
+    # statistics. Restored through train(), parents first, so that modules overriding it (LoRA
+    # layers merge their weights in eval and unmerge them in training) undo what eval() did.
     modes = [(module, module.training) for module in model.modules()]
     model.eval()
     try:
         yield
     finally:
         for module, training in modes:
-            module.training = training
+            if module.training != training:
+                module.train(training)

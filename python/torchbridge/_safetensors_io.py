@@ -2,6 +2,7 @@
 exports). A module of its own so that ``_training_state`` can use them without importing
 ``checkpoint``, which imports it."""
 
+import bisect
 import os
 
 import torch
@@ -43,7 +44,8 @@ def load(path: str, names: "list[str] | None" = None, device="cpu") -> "dict[str
 def save(path: str, tensors: "dict[str, torch.Tensor]", metadata: "dict[str, str] | None" = None,
          max_shard_size: "int | str | None" = None) -> "list[str]":
     """Writes `tensors` atomically; with `max_shard_size` (bytes or e.g. "500MB"), `path` is a
-    directory of Hugging Face shards plus index. Tensors sharing storage are refused."""
+    directory of Hugging Face shards plus index. Tensors whose bytes overlap (tied weights) are
+    refused."""
     path = check_path(path)
     _check_arguments(tensors, metadata)
     limit = _shard_limit(max_shard_size)
@@ -90,19 +92,23 @@ def _shard_limit(max_shard_size) -> int:
 
 
 def _check_shared_storage(tensors):
-    """Refuses two tensors whose bytes overlap (tied weights); views of one storage that share no
-    bytes (the parts of a fused weight) are distinct, as the safetensors package has them. Checked
-    on the caller's tensors: the copies made for the C++ side no longer share storage."""
-    spans = {}
+    """Refuses two tensors whose byte spans overlap (tied weights); views of one storage whose spans
+    do not (the row blocks of a fused weight) are distinct, as the safetensors package has them.
+    Checked on the caller's tensors: the copies made for the C++ side no longer share storage."""
+    spans = {}  # storage -> its spans' begins (sorted) and, in the same order, (end, name)
     for name, t in tensors.items():
         if t.numel() == 0:
             continue
         # torch's strides are non-negative, so the last element lies at the sum of (size - 1) * stride.
         last = t.storage_offset() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
         begin, end = t.storage_offset() * t.element_size(), (last + 1) * t.element_size()
-        others = spans.setdefault((t.device, t.untyped_storage().data_ptr()), [])
-        for other_begin, other_end, other in others:
-            if begin < other_end and other_begin < end:
-                raise ValueError(f"tensors '{other}' and '{name}' share storage; safetensors stores tensors "
-                                 "separately, so save a clone of one (e.g. for tied weights) or only one of them")
-        others.append((begin, end, name))
+        begins, others = spans.setdefault((t.device, t.untyped_storage().data_ptr()), ([], []))
+        # The spans of one storage never overlap, so only the neighbours of the new one can.
+        at = bisect.bisect_left(begins, begin)
+        for neighbour in (at - 1, at):
+            if 0 <= neighbour < len(begins) and begins[neighbour] < end and begin < others[neighbour][0]:
+                raise ValueError(f"tensors '{others[neighbour][1]}' and '{name}' share storage; safetensors stores "
+                                 "tensors separately, so save a clone of one (e.g. for tied weights) or only one "
+                                 "of them")
+        begins.insert(at, begin)
+        others.insert(at, (end, name))

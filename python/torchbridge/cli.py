@@ -34,6 +34,18 @@ Under torchrun, start each worker through it: torchrun --no-python ... torchbrid
 _PROGRAM_STATE = []
 
 
+def _report_uncaught(error: BaseException) -> None:
+    """As Python reports an uncaught exception: through sys.excepthook (a program may set its own),
+    and where that hook itself fails, both exceptions through the default hook."""
+    try:
+        sys.excepthook(type(error), error, error.__traceback__)
+    except BaseException as hook_error:  # noqa: BLE001 - Python reports a failing hook the same way
+        print("Error in sys.excepthook:", file=sys.stderr)
+        sys.__excepthook__(type(hook_error), hook_error, hook_error.__traceback__)
+        print("\nOriginal exception was:", file=sys.stderr)
+        sys.__excepthook__(type(error), error, error.__traceback__)
+
+
 def _run(argv: "list[str]") -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_RUN_USAGE, end="", file=sys.stdout if argv else sys.stderr)
@@ -76,10 +88,12 @@ def _run(argv: "list[str]") -> int:
             _PROGRAM_STATE.append(runpy.run_module(module, run_name="__main__", alter_sys=True))
         else:
             sys.argv = [script] + arguments
-            # A directory or zip archive is itself first on sys.path (runpy puts it there); a file,
-            # its directory. __file__ is absolute, as Python (3.9+) makes a main script's.
-            if os.path.isfile(script) and not zipfile.is_zipfile(script):
-                sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+            # As `python PATH`, for the whole process: a file's directory first on sys.path, or the
+            # directory or zip archive itself (runpy puts that there too, but takes it away when the
+            # body returns, while the program's threads and atexit handlers may still import from it).
+            # __file__ is absolute, as Python (3.9+) makes a main script's.
+            runs_whole = os.path.isfile(script) and not zipfile.is_zipfile(script)
+            sys.path.insert(0, os.path.dirname(os.path.abspath(script)) if runs_whole else os.path.abspath(script))
             _PROGRAM_STATE.append(runpy.run_path(os.path.abspath(script), run_name="__main__"))
     except SystemExit as exit_request:  # the script's own exit code is preserved
         _PROGRAM_STATE.append(exit_request)
@@ -90,9 +104,8 @@ def _run(argv: "list[str]") -> int:
         return 1
     except BaseException as error:  # noqa: BLE001 - report exactly like Python would
         _PROGRAM_STATE.append(error)
-        # Through sys.excepthook, as Python reports an uncaught exception (a program may set its
-        # own); an interrupted program exits as Python's does, 128 + SIGINT.
-        sys.excepthook(type(error), error, error.__traceback__)
+        _report_uncaught(error)
+        # An interrupted program exits with the shell's status for SIGINT, as Python's does.
         return 128 + signal.SIGINT if isinstance(error, KeyboardInterrupt) else 1
     finally:
         # Redirection stays on until the interpreter ends, as the program's objects do: its

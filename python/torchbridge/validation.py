@@ -85,6 +85,12 @@ class UnifiedValidator:
             backends = [b for b in backends.split(",")]
         if not backends or any(not isinstance(b, str) or not b for b in backends):
             raise ValueError(f"backends must be non-empty backend names, got {backends!r}")
+        # As the CLI refuses --backends cpu,CPU (names ignore case): a backend compared with itself
+        # checks nothing.
+        lowered = [b.lower() for b in backends]
+        twice = sorted({b for b in lowered if lowered.count(b) > 1})
+        if twice:
+            raise ValueError(f"backends {backends!r} name {twice[0]!r} twice")
         # An SDK device beside CUDA (or another native accelerator) cannot share this process:
         # refused, naming both and the way out, before anything is loaded.
         _C.check_backends_can_share_a_process(list(backends), "validate")
@@ -138,7 +144,8 @@ def _inputs(input_shape, inputs, seed: int) -> "list[torch.Tensor]":
         tensors = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
         for t in tensors:
             if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
-                raise ValueError(f"inputs must be CPU tensors, got {t!r:.80}")
+                got = f"a tensor on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"inputs must be CPU tensors, got {got}")
         return tensors
     try:
         entries = list(input_shape)

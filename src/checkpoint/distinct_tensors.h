@@ -1,8 +1,8 @@
 #pragma once
 // What a safetensors file, or a sharded checkpoint as a whole, may not hold twice: a name, or the
 // same bytes of a storage (the format stores every tensor on its own, so two tensors sharing bytes,
-// e.g. tied weights, would come back apart). Views of one storage that share no bytes (the parts of
-// a fused weight) are distinct, as the safetensors package has them.
+// e.g. tied weights, would come back apart). Views of one storage whose byte spans do not overlap
+// (the row blocks of a fused weight) are distinct, as the safetensors package has them.
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/StorageImpl.h>
@@ -11,7 +11,6 @@
 #include <set>
 #include <string>
 #include <utility>
-#include <vector>
 
 namespace torchbridge::checkpoint {
 
@@ -25,14 +24,16 @@ class DistinctTensors {
   void add(const std::string& name, const at::Tensor& tensor);
 
  private:
-  // The bytes [begin, end) of a storage a tensor spans (all between its first and last element).
+  // The bytes [begin, end) of a storage a tensor spans (all between its first and last element),
+  // by begin: the spans of one storage never overlap, so a new one need only be checked against
+  // its neighbours.
   struct Span {
-    size_t begin, end;
+    size_t end;
     std::string name;
   };
   std::string where_;
   std::set<std::string> names_;
-  std::map<const c10::StorageImpl*, std::vector<Span>> spans_;
+  std::map<const c10::StorageImpl*, std::map<size_t, Span>> spans_;
 };
 
 }  // namespace torchbridge::checkpoint

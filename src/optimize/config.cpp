@@ -1,6 +1,7 @@
 #include <torchbridge/optimize/config.h>
 
 #include "core/strict_json.h"
+#include "core/to_lower.h"
 #include "optimize/flat_toml.h"
 
 #include <torchbridge/parse_integer.h>
@@ -52,10 +53,12 @@ std::string read_string(const nlohmann::json& value, const std::string& where) {
 
 nlohmann::json text_as_is(const std::string& text, const std::string&) { return text; }
 
+// In any case (True, ON), as environment variables are commonly written.
 nlohmann::json text_as_boolean(const std::string& text, const std::string& where) {
-  if (text == "1" || text == "true" || text == "yes" || text == "on") return true;
-  if (text == "0" || text == "false" || text == "no" || text == "off") return false;
-  TORCH_CHECK_VALUE(false, where, ": expected 1/0, true/false, yes/no or on/off, got '", text, "'");
+  const std::string word = detail::to_lower(text);
+  if (word == "1" || word == "true" || word == "yes" || word == "on") return true;
+  if (word == "0" || word == "false" || word == "no" || word == "off") return false;
+  TORCH_CHECK_VALUE(false, where, ": expected 1/0, true/false, yes/no or on/off (any case), got '", text, "'");
 }
 
 // Where a field lives in the config; the same accessor serves reading and writing.

@@ -12,6 +12,8 @@
 #include "sdk/runtime_handle.h"
 #include "sdk/stream_registry.h"
 
+#include <torchbridge/sdk/device.h>
+
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
@@ -53,9 +55,9 @@ struct Block {
   bool allocated = false;
   Block* prev = nullptr;  // neighbours inside the same segment
   Block* next = nullptr;
-  // Streams other than the allocating one that use this memory, as (device, stream id): stream
-  // ids are numbered per device, so a copy to another device's stream (a device-to-device copy
-  // runs on the destination's) has the id of a stream of the block's own device.
+  // Streams that use this memory besides the allocating one (record_stream), and the allocating
+  // one itself when the block is freed while that stream is busy (free), as (device, stream id):
+  // stream ids are numbered per device, so a stream of another device is named with its device.
   std::set<std::pair<c10::DeviceIndex, c10::StreamId>> stream_uses;
 };
 
@@ -99,13 +101,21 @@ void update(c10::CachingAllocator::StatArray& stat, bool small, int64_t amount) 
 
 void delete_block(void* context);
 
-// Whether the stream has run everything queued on it; a failed query (a deleter must not raise)
-// warns and counts as busy, so the caller waits for it.
+// Whether the stream has run everything queued on it. Called in deleters, which must not raise: a
+// failed query warns and counts as busy, so the caller waits for the stream. Without a usable
+// runtime (none registered, or a forked child, which inherits the parent's tensors but none of its
+// queued work) nothing can still be queued.
 bool stream_idle(c10::DeviceIndex device, c10::StreamId id) {
-  const c10::Stream stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
-  const tb_status status = runtime().table().stream_query(runtime().context(), native_stream(stream));
-  if (status == TB_SUCCESS) return true;
-  if (status != TB_ERROR_NOT_READY) runtime().warn_unless_success(status, "stream_query");
+  if (!has_runtime() || in_bad_fork()) return true;
+  try {
+    const c10::Stream stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+    const tb_status status = runtime().table().stream_query(runtime().context(), native_stream(stream));
+    if (status == TB_SUCCESS) return true;
+    if (status != TB_ERROR_NOT_READY) runtime().warn_unless_success(status, "stream_query");
+  } catch (const c10::Error& e) {
+    TORCH_WARN("device '", runtime().name(), "': cannot ask whether stream ", id, " of device ", int(device),
+               " is idle (", e.what_without_backtrace(), "); a block freed on it waits for it");
+  }
   return false;
 }
 
@@ -227,6 +237,8 @@ class SdkCachingAllocator final : public CachingAllocator {
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    // As torch.cuda's: a free waiting for streams stays active until the allocator next looks (an
+    // allocation, empty_cache), even once those streams have passed.
     return state_of(device).stats;
   }
 

@@ -80,7 +80,11 @@ at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t storage_o
   const size_t needed = stride.data() != nullptr
                             ? at::detail::computeStorageNbytes(size, stride, self.element_size(), storage_offset)
                             : at::detail::computeStorageNbytesContiguous(size, self.element_size(), storage_offset);
-  if (needed > source.nbytes()) resize_storage_bytes(source, needed);
+  // Only a storage the call can take: torch's own checks (the device, the offset) refuse the others,
+  // which must not have been grown first.
+  if (needed > source.nbytes() && source.device() == self.device() && storage_offset >= 0) {
+    resize_storage_bytes(source, needed);
+  }
   return at::native::set_storage_cpu_(self, std::move(source), storage_offset, size, stride);
 }
 

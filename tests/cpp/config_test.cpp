@@ -155,7 +155,15 @@ TEST(Config, EnvironmentVariablesOverrideTheirFields) {
     return std::string(name) == "TORCHBRIDGE_TRAINING" ? "sometimes" : nullptr;
   };
   expect_value_error([&] { with_environment({}, bad); },
-                            "TORCHBRIDGE_TRAINING: expected 1/0, true/false, yes/no or on/off, got 'sometimes'");
+                     "TORCHBRIDGE_TRAINING: expected 1/0, true/false, yes/no or on/off (any case), got 'sometimes'");
+  // Booleans in any case, as environment variables are commonly written (TRUE, On).
+  for (const auto& spelling : {std::pair<const char*, bool>{"TRUE", true}, {"On", true}, {"No", false}}) {
+    const char* text = spelling.first;
+    const auto spelled = [text](const char* name) -> const char* {
+      return std::string(name) == "TORCHBRIDGE_COMPILE" ? text : nullptr;
+    };
+    EXPECT_EQ(with_environment(TorchBridgeConfig::for_training(), spelled).compile, spelling.second) << text;
+  }
 }
 
 TEST(Config, TheSchemaListsEveryFieldWithItsVariable) {

@@ -351,3 +351,30 @@ def test_every_submodule_gets_its_own_mode_back(tmp_path, export_with):
         config.validation, config.compile = True, False
         UnifiedManager(config).optimize(model, example_inputs=sample)
     assert [m.training for m in model] == [True, False, True]
+
+
+class MergingLinear(torch.nn.Linear):
+    """As LoRA layers do: eval() merges an update into the weight, train(True) takes it out again."""
+
+    def __init__(self):
+        super().__init__(4, 4)
+        self.merged = False
+
+    def train(self, mode=True):
+        super().train(mode)
+        if mode == self.merged:  # merged in eval, unmerged in training
+            with torch.no_grad():
+                self.weight.mul_(2.0 if not mode else 0.5)  # exact both ways
+            self.merged = not mode
+        return self
+
+
+def test_a_module_overriding_train_is_put_back_through_it(tmp_path):
+    """eval_mode restores modes with train(), so a module whose train() undoes what its eval did
+    (merged weights) is left as it was, not flagged training with its eval state."""
+    model = torch.nn.Sequential(MergingLinear(), torch.nn.ReLU())
+    model.train()
+    weight = model[0].weight.detach().clone()
+    deployment.export_to_exported_program(model, output_path=str(tmp_path / "m.pt2"), sample_input=torch.randn(2, 4))
+    assert model[0].training and not model[0].merged
+    assert torch.equal(model[0].weight.detach(), weight)

@@ -145,3 +145,19 @@ def test_get_device_module_answers_for_the_target_and_leaves_torch_cache_clean()
         assert torch.get_device_module("cuda") is torch.emu
         assert torch.get_device_module(torch.device("cuda:1")) is torch.emu
     assert torch.get_device_module("cuda") is torch.cuda
+
+
+def test_a_checkpoint_saved_on_a_device_this_process_lacks_names_the_way_out():
+    """A checkpoint saved on another PrivateUse1 device (an "npu:0" tag, or "emu:0" read where emu is
+    not loaded) raised only c10's "Expected one of cpu, cuda, ..." (found 2026-11-29)."""
+    original_tag = torch.serialization.location_tag
+    torch.serialization.location_tag = lambda storage: "npu:0"
+    try:
+        buffer = io.BytesIO()
+        torch.save({"weight": WEIGHT}, buffer)
+    finally:
+        torch.serialization.location_tag = original_tag
+    with redirect.redirected("cpu"):
+        with pytest.raises(ValueError, match=r"a storage was saved on 'npu:0'.*pass map_location"):
+            load(buffer.getvalue())
+        assert torch.equal(load(buffer.getvalue(), map_location="cpu"), WEIGHT)

@@ -955,10 +955,33 @@ def test_run_reports_as_python_does(tmp_path):
     import subprocess
     import sys
 
+    failing_hook = _run_redirected("import sys\ndef hook(*_):\n    raise OSError('hook broke')\n"
+                                   "sys.excepthook = hook\nraise ValueError('original')\n", "cpu", tmp_path)
+    assert failing_hook.returncode == 1
+    assert "Error in sys.excepthook" in failing_hook.stderr and "OSError: hook broke" in failing_hook.stderr
+    assert "Original exception was" in failing_hook.stderr and "ValueError: original" in failing_hook.stderr
     application = tmp_path / "app"
     application.mkdir()
-    (application / "__main__.py").write_text("import torch\nprint('app', torch.ones(1, device='cuda').device.type)\n")
+    # Its atexit handler imports from the directory after the body returned, as `python DIR` allows.
+    (application / "helper.py").write_text("WHERE = 'helper'\n")
+    (application / "__main__.py").write_text(
+        "import atexit, torch\nprint('app', torch.ones(1, device='cuda').device.type)\n"
+        "atexit.register(lambda: print('late', __import__('helper').WHERE, flush=True))\n")
     console_script = os.path.join(os.path.dirname(sys.executable), "torchbridge")
     ran = subprocess.run([console_script, "run", str(application)], capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, TORCHBRIDGE_BACKEND="cpu"))
-    assert ran.returncode == 0 and "app cpu" in ran.stdout, ran.stderr[-2000:]
+    assert ran.returncode == 0 and "app cpu" in ran.stdout and "late helper" in ran.stdout, ran.stderr[-2000:]
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_memory_history_and_external_streams_say_why_not(target):
+    """torch.cuda.memory._record_memory_history raised an AttributeError on torch._C, and
+    ExternalStream "torch.cuda.Stream requires CUDA support" naming neither (found 2026-11-29)."""
+    with redirect.redirected(target):
+        for call, name in ((lambda: torch.cuda.memory._record_memory_history(max_entries=1000),
+                            "memory._record_memory_history"),
+                           (lambda: torch.cuda.memory._snapshot(), "memory._snapshot"),
+                           (lambda: torch.cuda.ExternalStream(0), "ExternalStream")):
+            with pytest.raises(RuntimeError, match=f"torch.cuda.{name} cannot run under redirection to '{target}'"):
+                call()
+        torch.cuda.memory._record_memory_history(enabled=None)  # stopping what never started: nothing

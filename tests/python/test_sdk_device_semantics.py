@@ -426,12 +426,18 @@ def test_a_block_freed_while_its_stream_is_busy_waits_for_the_stream():
         del b
         c = torch.empty(4096, device="emu")
         print(c.data_ptr() == freed)
+        del c
+        d = torch.zeros(4096, device="emu")  # queued again, and freed while queued
+        del d
+        torch.emu.synchronize()
+        e = torch.empty(1, device="emu")  # the allocator looks again: the waiting free is done
+        print(torch.emu.memory_stats()["active_bytes.all.current"] == 512)
     """)
     environment = {**os.environ, "TORCHBRIDGE_EMU_LATENCY_US": "200000"}
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
                             env=environment)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["True", "True"], result.stdout
+    assert result.stdout.split() == ["True", "True", "True"], result.stdout
 
 
 @pytest.mark.parametrize("source_shape", [(4,), (2, 3)])
@@ -462,6 +468,11 @@ def test_set_with_a_storage_too_small_grows_it_as_the_cpu_does():
         view = torch.empty(0, device=device).set_(storage, 2, (5,))
         results.append((view.shape, storage.nbytes(), view[:2].cpu().tolist()))
     assert results[0] == results[1] == (torch.Size([5]), 28, [2.0, 3.0])
+    # A storage the call cannot take (another device) is refused by torch's own check, not grown first.
+    other = torch.arange(4, dtype=torch.float32, device="emu:1").untyped_storage()
+    with pytest.raises(RuntimeError, match="Attempted to set the storage of a tensor on device"):
+        torch.empty(0, device="emu:0").set_(other, 2, (5,))
+    assert other.nbytes() == 16
 
 
 def test_the_device_module_has_torch_cudas_stream_and_event_api():
@@ -486,6 +497,12 @@ def test_the_device_module_has_torch_cudas_stream_and_event_api():
         torch.emu.set_stream(torch.emu.default_stream())
     with torch.emu.stream(None):
         assert torch.emu.current_stream() == torch.emu.default_stream()
+    # A stream of another device makes that device current for the block, then both come back, as
+    # with torch.cuda.stream.
+    other = torch.emu.Stream(device=1)
+    with torch.emu.stream(other):
+        assert torch.emu.current_device() == 1 and torch.emu.current_stream() == other
+    assert torch.emu.current_device() == 0 and torch.emu.current_stream(1) == torch.emu.default_stream(1)
     with pytest.raises(ValueError, match="expected a stream of 'emu' or None, got one of cpu"):
         torch.emu.stream(torch.Stream(device="cpu"))
 

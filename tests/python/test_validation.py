@@ -143,6 +143,7 @@ def test_a_nondeterministic_model_fails_the_determinism_check():
     ({"input_shape": (4, 0)}, "must be positive integers"),
     ({"input_shape": (4, 8), "inputs": [torch.zeros(4, 8)]}, "exactly one of"),
     ({"input_shape": (4, 8), "dtype": "int8"}, "cannot be validated"),
+    ({"inputs": [torch.zeros(4, 8, device="emu")]}, "inputs must be CPU tensors, got a tensor on emu:0"),
 ])
 def test_bad_input_raises_clearly(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
@@ -354,3 +355,10 @@ def test_a_child_that_fails_is_a_failed_check_not_a_lost_run():
     assert len(emu) == 1 and emu[0]["check"] == "run" and not emu[0]["passed"]
     assert "exited with code 1" in emu[0]["detail"] and "TORCHBRIDGE_EMU_DEVICES" in emu[0]["detail"]
     assert all(c["passed"] for c in report["checks"] if c["backend"] == "cpu")
+
+
+def test_a_backend_named_twice_is_refused_as_the_cli_refuses_it():
+    with pytest.raises(ValueError, match="backends \\['cpu', 'cpu'\\] name 'cpu' twice"):
+        UnifiedValidator(backends=["cpu", "cpu"])
+    with pytest.raises(ValueError, match="name 'cpu' twice"):  # names ignore case, as in the CLI
+        UnifiedValidator(backends="cpu,CPU")

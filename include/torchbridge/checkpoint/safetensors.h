@@ -66,8 +66,9 @@ class SafetensorsFile {
 
 // Writes `tensors` (any device, any layout) to `path` atomically: a temporary file in the same
 // directory is written, fsync'ed and renamed over `path`, then the directory is fsync'ed, so a
-// crash leaves either the old file or the new one. Tensors sharing storage are refused with an
-// error naming both (save clones if sharing is intended). Names must be unique and non-empty.
+// crash leaves either the old file or the new one. Tensors whose bytes overlap (tied weights) are
+// refused with an error naming both (save clones if sharing is intended); views of one storage
+// whose byte spans do not overlap are saved each on its own. Names must be unique and non-empty.
 void save(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
           const std::map<std::string, std::string>& metadata = {});
 

@@ -32,6 +32,14 @@ REASONS = {
     "make_graphed_callables": _GRAPHS,
 }
 GRAPH_CLASSES = ("CUDAGraph", "graph")
+# Classes whose construction has no counterpart: torch.cuda name -> why.
+CLASSES = {**dict.fromkeys(GRAPH_CLASSES, _GRAPHS),
+           "ExternalStream": "it wraps a stream that the CUDA runtime made outside torch"}
+
+# torch.cuda.memory's memory history (the allocator's record of every allocation with its stack,
+# read by the memory snapshot tools), private by name but widely called.
+_HISTORY = "the memory history is recorded by CUDA's caching allocator, which the target does not use"
+MEMORY_HISTORY_FUNCTIONS = ("_record_memory_history", "_snapshot", "_dump_snapshot")
 
 
 # torch.cuda.nccl's functions call NCCL directly. is_available stays: it answers False truthfully.
@@ -52,8 +60,28 @@ def _refusal(qualified_name, reason, target):
 def replacements(target: str) -> dict:
     """{torch.cuda name: replacement} for the names above that this torch has."""
     result = {name: _refusal(name, reason, target) for name, reason in REASONS.items() if hasattr(torch.cuda, name)}
-    for name in GRAPH_CLASSES:
-        result[name] = type(name, (), {"__init__": _refusal(name, _GRAPHS, target), "__module__": "torch.cuda"})
+    for name, reason in CLASSES.items():
+        result[name] = type(name, (), {"__init__": _refusal(name, reason, target), "__module__": "torch.cuda"})
+    return result
+
+
+def memory_history_replacements(target: str) -> dict:
+    """{torch.cuda.memory name: replacement}: a CPU build of torch fails on a missing torch._C
+    binding (AttributeError), a CUDA build would record CUDA's allocator, not the target's."""
+    import torch.cuda.memory as memory
+
+    result = {name: _refusal(f"memory.{name}", _HISTORY, target) for name in MEMORY_HISTORY_FUNCTIONS
+              if hasattr(memory, name)}
+    if "_record_memory_history" in result:
+        refuse = result["_record_memory_history"]
+
+        def record_memory_history(enabled="all", *args, **kwargs):
+            # Stopping a recording (enabled=None, as cleanup code does) stops nothing: none was started.
+            if enabled is None:
+                return None
+            return refuse(enabled, *args, **kwargs)
+
+        result["_record_memory_history"] = record_memory_history
     return result
 
 

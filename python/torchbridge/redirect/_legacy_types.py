@@ -39,8 +39,10 @@ def install(patcher, target_device):
 
 def _install_default_tensor_type(patcher, target_device, by_class, by_name):
     """torch.set_default_tensor_type(torch.cuda.FloatTensor), old tutorials' way to put every new
-    tensor on the GPU: the dtype becomes the default and the target the default device. A CPU type
-    given later takes that device back, as torch's CPU types make new tensors on the CPU."""
+    tensor on the GPU: the dtype becomes the default and the target the default device, through
+    torch.set_default_device (which holds for the calling thread; torch's legacy type was the
+    process's). A CPU type given later takes that device back, as torch's CPU types make new
+    tensors on the CPU, unless the program has set another default device since."""
     original = torch.set_default_tensor_type
     device_set_here = False
 
@@ -49,9 +51,9 @@ def _install_default_tensor_type(patcher, target_device, by_class, by_name):
         wanted = by_class.get(t) if isinstance(t, type) else by_name.get(t)
         if wanted is None:
             original(t)
-            if device_set_here:
+            if device_set_here and torch.get_default_device().type == target_device.type:
                 torch.set_default_device(None)
-                device_set_here = False
+            device_set_here = False
             return
         if not wanted.is_floating_point:  # torch's own rule and message
             raise TypeError("only floating-point types are supported as the default type")

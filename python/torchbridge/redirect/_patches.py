@@ -363,6 +363,8 @@ def install(redirector, patcher):
         nccl = importlib.import_module("torch.cuda.nccl")
         for name, replacement in _cuda_unavailable.nccl_replacements(redirector.target).items():
             patcher.replace(nccl, name, replacement)
+        for name, replacement in _cuda_unavailable.memory_history_replacements(redirector.target).items():
+            patcher.replace(torch.cuda.memory, name, replacement)
 
     # -- child processes started by multiprocessing redirect as this one does ---------------------------
     _multiprocessing.install(patcher, redirector)

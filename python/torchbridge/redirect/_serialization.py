@@ -20,7 +20,13 @@ def redirect_map_location(map_location, resolve):
     restore = torch.serialization.default_restore_location
 
     def restore_redirected(storage, location):
-        return restore(storage, str(resolve(location)))
+        try:
+            device = resolve(location)
+        except ValueError as error:  # a device type this process lacks (a file saved on another SDK device)
+            raise ValueError(f"torch.load: a storage was saved on {location!r}, a device this process cannot "
+                             f"place ({error}); pass map_location, e.g. map_location=\"cpu\" or \"cuda\" (the "
+                             "redirection target)") from error
+        return restore(storage, str(device))
 
     if map_location is None:
         return restore_redirected
