@@ -21,17 +21,22 @@ def always_disable():
     redirect.disable()
 
 
-@pytest.fixture(scope="module")
-def saved_on_cuda_1():
-    """A state dict as torch.save writes it on a machine whose model lived on cuda:1."""
+def saved_with_location(tag: str) -> bytes:
+    """A state dict as torch.save writes it where every storage lives on device `tag`."""
     original_tag = torch.serialization.location_tag
-    torch.serialization.location_tag = lambda storage: "cuda:1"
+    torch.serialization.location_tag = lambda storage: tag
     try:
         buffer = io.BytesIO()
         torch.save({"weight": WEIGHT}, buffer)
     finally:
         torch.serialization.location_tag = original_tag
     return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def saved_on_cuda_1():
+    """A state dict as torch.save writes it on a machine whose model lived on cuda:1."""
+    return saved_with_location("cuda:1")
 
 
 def load(data, *args, **kwargs):
@@ -150,14 +155,8 @@ def test_get_device_module_answers_for_the_target_and_leaves_torch_cache_clean()
 def test_a_checkpoint_saved_on_a_device_this_process_lacks_names_the_way_out():
     """A checkpoint saved on another PrivateUse1 device (an "npu:0" tag, or "emu:0" read where emu is
     not loaded) raised only c10's "Expected one of cpu, cuda, ..." (found 2026-11-29)."""
-    original_tag = torch.serialization.location_tag
-    torch.serialization.location_tag = lambda storage: "npu:0"
-    try:
-        buffer = io.BytesIO()
-        torch.save({"weight": WEIGHT}, buffer)
-    finally:
-        torch.serialization.location_tag = original_tag
+    saved = saved_with_location("npu:0")
     with redirect.redirected("cpu"):
         with pytest.raises(ValueError, match=r"a storage was saved on 'npu:0'.*pass map_location"):
-            load(buffer.getvalue())
-        assert torch.equal(load(buffer.getvalue(), map_location="cpu"), WEIGHT)
+            load(saved)
+        assert torch.equal(load(saved, map_location="cpu"), WEIGHT)

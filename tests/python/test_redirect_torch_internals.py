@@ -914,65 +914,6 @@ def test_dataparallel_ids_past_the_targets_devices_name_each_device_once(target)
     torch.testing.assert_close(loss, ((reference(x) - y) ** 2).mean())
 
 
-RUN_KEEPS_REDIRECTING = """
-import atexit, threading, torch
-
-def at_exit():
-    print("atexit", torch.randn(2, device="cuda").device.type, flush=True)
-
-def late():
-    import time
-    time.sleep(0.5)
-    print("thread", torch.ones(2, device="cuda").device.type, flush=True)
-
-atexit.register(at_exit)
-threading.Thread(target=late).start()
-print("file", __file__)
-"""
-
-
-@pytest.mark.parametrize("target", ["emu", "cpu"])
-def test_run_keeps_redirecting_for_the_programs_threads_and_atexit_handlers(target, tmp_path):
-    """`torchbridge run` turned redirection off when the script's body returned: a thread still
-    running and an atexit handler met unredirected torch ("Torch not compiled with CUDA"), and the
-    run still exited 0 (found 2026-11-29). __file__ is absolute, as Python makes a main script's."""
-    result = _run_redirected(RUN_KEEPS_REDIRECTING, target, tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()
-    assert f"thread {target}" in lines and f"atexit {target}" in lines, result.stdout + result.stderr[-2000:]
-    assert f"file {tmp_path / 'program.py'}" in lines
-
-
-def test_run_reports_as_python_does(tmp_path):
-    """An uncaught exception goes through the program's sys.excepthook, KeyboardInterrupt exits
-    130, and a directory with a __main__.py runs as `python DIR` runs it."""
-    hooked = _run_redirected("import sys\nsys.excepthook = lambda t, e, tb: print('hooked', t.__name__)\n"
-                             "raise ValueError('x')\n", "cpu", tmp_path)
-    assert hooked.returncode == 1 and "hooked ValueError" in hooked.stdout
-    interrupted = _run_redirected("raise KeyboardInterrupt\n", "cpu", tmp_path)
-    assert interrupted.returncode == 130 and "KeyboardInterrupt" in interrupted.stderr
-    import os
-    import subprocess
-    import sys
-
-    failing_hook = _run_redirected("import sys\ndef hook(*_):\n    raise OSError('hook broke')\n"
-                                   "sys.excepthook = hook\nraise ValueError('original')\n", "cpu", tmp_path)
-    assert failing_hook.returncode == 1
-    assert "Error in sys.excepthook" in failing_hook.stderr and "OSError: hook broke" in failing_hook.stderr
-    assert "Original exception was" in failing_hook.stderr and "ValueError: original" in failing_hook.stderr
-    application = tmp_path / "app"
-    application.mkdir()
-    # Its atexit handler imports from the directory after the body returned, as `python DIR` allows.
-    (application / "helper.py").write_text("WHERE = 'helper'\n")
-    (application / "__main__.py").write_text(
-        "import atexit, torch\nprint('app', torch.ones(1, device='cuda').device.type)\n"
-        "atexit.register(lambda: print('late', __import__('helper').WHERE, flush=True))\n")
-    console_script = os.path.join(os.path.dirname(sys.executable), "torchbridge")
-    ran = subprocess.run([console_script, "run", str(application)], capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, TORCHBRIDGE_BACKEND="cpu"))
-    assert ran.returncode == 0 and "app cpu" in ran.stdout and "late helper" in ran.stdout, ran.stderr[-2000:]
-
-
 @pytest.mark.parametrize("target", ["emu", "cpu"])
 def test_memory_history_and_external_streams_say_why_not(target):
     """torch.cuda.memory._record_memory_history raised an AttributeError on torch._C, and
