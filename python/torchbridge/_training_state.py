@@ -197,7 +197,13 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
         device = _placement.device_for(name, device_map, model_state[name].device)
         converted = _placement.widen(tensor, policy.dtype_for(tensor.dtype, device),
                                      lambda key: saved.get(_MODEL + key), name)
-        staged[name] = converted.to(device, copy=True)
+        # Laid out as the tensor it replaces (a channels_last weight stays channels_last, as
+        # load_state_dict's in-place copy keeps it): memory order decides, e.g., dropout's mask.
+        target = model_state[name]
+        if converted.shape == target.shape:
+            staged[name] = torch.empty_like(target, dtype=converted.dtype, device=device).copy_(converted)
+        else:
+            staged[name] = converted.to(device, copy=True)
 
     # Commit; the only step that can still fail (placing optimizer state on the devices) comes
     # last, and everything before it is undone if it does.

@@ -337,32 +337,65 @@ class UnifiedManager:
 def _checkpoint_blocks(model) -> "tuple[str, int] | None":
     """Makes each block of the model's first container of repeated blocks (an nn.Sequential or
     nn.ModuleList of two or more, in module order: a transformer's layer list) run as a
-    checkpointed region while training with gradients. Returns (container name, block count), or
-    None when the model has no such container."""
+    checkpointed region while training with gradients. Blocks without parameters (activations,
+    pooling, dropout) are left as they are: they hold no activations worth recomputing, and an
+    in-place one (ReLU(inplace=True)) cannot be a region of its own, since it modifies its own input.
+    Batch normalization inside a region updates its running statistics once, as without
+    checkpointing. Returns (container name, checkpointed block count), or None when the model has
+    no such container."""
     from . import memory
 
     found = _block_container(model)
     if found is None:
         return None
     name, container = found
-    for block in container:
+    checkpointed = [block for block in container if _holds_parameters(block)]
+    for block in checkpointed:
         wrap_forward(block, _checkpointed_forward, memory.checkpoint)
-    return name, len(container)
+    return name, len(checkpointed)
 
 
 def _block_container(model) -> "tuple[str, torch.nn.Module] | None":
-    """The model's first nn.Sequential or nn.ModuleList of two or more blocks, with its name."""
+    """The model's first nn.Sequential or nn.ModuleList of two or more blocks, some holding
+    parameters (the ones checkpointed), with its name."""
     for name, container in model.named_modules():
-        if isinstance(container, (torch.nn.Sequential, torch.nn.ModuleList)) and len(container) >= 2:
+        if isinstance(container, (torch.nn.Sequential, torch.nn.ModuleList)) and len(container) >= 2 \
+                and any(_holds_parameters(block) for block in container):
             return name, container
     return None
+
+
+def _holds_parameters(module) -> bool:
+    return any(True for _ in module.parameters())
 
 
 def _checkpointed_forward(forward, checkpoint):
     @functools.wraps(forward)
     def run(block, *args, **kwargs):
         if block.training and torch.is_grad_enabled():
-            return checkpoint(functools.partial(forward, block), *args, use_reentrant=False, **kwargs)
+            return checkpoint(functools.partial(_keeping_running_stats, forward, block), *args, use_reentrant=False,
+                              **kwargs)
         return forward(block, *args, **kwargs)
 
     return run
+
+
+def _keeping_running_stats(forward, block, *args, **kwargs):
+    """The block's forward; when recomputed, its batch normalizations' running statistics are put
+    back as the forward pass left them: running again in training mode, they would be updated a
+    second time (as torch's checkpoint does), and the model would no longer train as without
+    checkpointing."""
+    if not _C._recomputing():
+        return forward(block, *args, **kwargs)
+    # The recomputation updates copies, swapped in and out again: writing the kept values back into
+    # the buffers would bump their versions, which the recomputed graph saved for its backward.
+    kept = [(module, name, getattr(module, name)) for module in block.modules()
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.track_running_stats
+            for name in ("running_mean", "running_var", "num_batches_tracked") if getattr(module, name) is not None]
+    for module, name, buffer in kept:
+        setattr(module, name, buffer.clone())
+    try:
+        return forward(block, *args, **kwargs)
+    finally:
+        for module, name, buffer in kept:
+            setattr(module, name, buffer)

@@ -126,3 +126,30 @@ def test_the_field_reads_from_files_and_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHBRIDGE_ACTIVATION_CHECKPOINTING", "maybe")
     with pytest.raises(ValueError, match="TORCHBRIDGE_ACTIVATION_CHECKPOINTING"):
         TorchBridgeConfig().with_environment()
+
+
+def test_checkpointed_batch_norm_updates_its_running_statistics_once():
+    """The recomputation ran BatchNorm's training forward again: running statistics were updated
+    twice a step (num_batches_tracked 4 after 2 steps, eval outputs 0.046 apart; found 2026-11-29).
+    Blocks without parameters (an in-place ReLU, which cannot be a region of its own) run as they
+    are."""
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(inplace=True),
+                                   torch.nn.Linear(32, 8))
+
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(5))
+    plain = make()
+    manager = UnifiedManager(config("cpu", activation_checkpointing=True))
+    checkpointed = manager.optimize(make())
+    [report_step] = [s for s in manager.report().steps if s.name == "activation_checkpointing"]
+    assert report_step.detail == "3 blocks of 'Sequential' checkpointed"  # not the ReLU
+    for _ in range(2):
+        for model in (plain, checkpointed):
+            model.zero_grad()
+            model(x).pow(2).sum().backward()
+    for (name, want), got in zip(plain.named_parameters(), checkpointed.parameters()):
+        assert torch.equal(got.grad, want.grad), name
+    for name, want in plain.state_dict().items():
+        assert torch.equal(checkpointed.state_dict()[name], want), name
+    assert checkpointed[1].num_batches_tracked.item() == 2
