@@ -73,6 +73,12 @@ def _require_device_type(device) -> None:
         raise ValueError(f"GradScaler: device {device!r} names a device; give its type, {parsed.type!r}")
 
 
+def _copy_may_be_asynchronous(device: torch.device) -> bool:
+    """As grad_scaler.cpp's: the scale copied to the CPU is read by a CPU kernel at once, before a
+    non_blocking copy from a device would have landed."""
+    return device.type != "cpu"
+
+
 class GradScaler:
     """Dynamic loss scaling, as ``torch.amp.GradScaler`` (same arguments, defaults and methods)."""
 
@@ -113,14 +119,16 @@ class GradScaler:
         if not self._enabled:
             return outputs
         if isinstance(outputs, torch.Tensor):
-            return outputs * self._ensure_scale(outputs.device).to(device=outputs.device, non_blocking=True)
+            return outputs * self._ensure_scale(outputs.device).to(device=outputs.device,
+                                                                    non_blocking=_copy_may_be_asynchronous(outputs.device))
         copies: "dict[torch.device, torch.Tensor]" = {}  # one copy per device for the whole structure
 
         def apply(value):
             if isinstance(value, torch.Tensor):
                 scale = copies.get(value.device)
                 if scale is None:
-                    scale = self._ensure_scale(value.device).to(device=value.device, non_blocking=True, copy=True)
+                    scale = self._ensure_scale(value.device).to(device=value.device, copy=True,
+                                                                non_blocking=_copy_may_be_asynchronous(value.device))
                     copies[value.device] = scale
                 return value * scale
             if isinstance(value, (list, tuple)):

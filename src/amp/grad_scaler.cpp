@@ -55,6 +55,13 @@ at::Tensor float_scalar(double value, const c10::Device& device) {
   return at::full({}, value, at::TensorOptions().dtype(at::kFloat).device(device));
 }
 
+// Whether a copy of the scaler's state to `device` may be non_blocking, as torch's scaler makes all
+// of them. Not to the CPU: its kernels read (or write) the copy at once, and a non_blocking copy
+// from a device lands in pinned memory later, so a found-inf flag set by a CPU kernel was then
+// overwritten with the copied 0 and a step with a NaN gradient was taken (found 2026-11-29 with
+// one optimizer over CPU and emu parameters: 283 of 300 steps; torch's scaler shares the hazard).
+bool copy_may_be_asynchronous(const c10::Device& device) { return !device.is_cpu(); }
+
 // The copy per device torch's _MultiDeviceReplicator hands out (a copy even on the same device).
 class PerDevice {
  public:
@@ -63,7 +70,7 @@ class PerDevice {
     for (auto& [known, tensor] : copies_) {
       if (known == device) return tensor;
     }
-    copies_.emplace_back(device, master_.to(device, /*non_blocking=*/true, /*copy=*/true));
+    copies_.emplace_back(device, master_.to(device, copy_may_be_asynchronous(device), /*copy=*/true));
     return copies_.back().second;
   }
   std::vector<std::pair<c10::Device, at::Tensor>> take() { return std::move(copies_); }
@@ -129,7 +136,7 @@ void GradScaler::adopt_state_tensors(const at::Tensor& scale, const at::Tensor& 
 at::Tensor GradScaler::scale(const at::Tensor& outputs) {
   if (!enabled_) return outputs;
   if (!scale_.defined()) lazy_init(outputs.device());
-  return outputs.mul(scale_.to(outputs.device(), /*non_blocking=*/true));
+  return outputs.mul(scale_.to(outputs.device(), copy_may_be_asynchronous(outputs.device())));
 }
 
 std::vector<at::Tensor> GradScaler::scale(const std::vector<at::Tensor>& outputs) {
@@ -240,7 +247,7 @@ void GradScaler::update() {
   std::vector<at::Tensor> found_infs;
   for (const auto& [key, state] : optimizer_states_) {
     for (const auto& [device, found_inf] : state.found_inf_per_device) {
-      found_infs.push_back(found_inf.to(scale_.device(), /*non_blocking=*/true));
+      found_infs.push_back(found_inf.to(scale_.device(), copy_may_be_asynchronous(scale_.device())));
     }
   }
   if (found_infs.empty()) assertion("No inf checks were recorded prior to update.");

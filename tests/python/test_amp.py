@@ -371,3 +371,21 @@ def test_fp16_gradients_are_refused_as_torch_does():
         with pytest.raises(ValueError, match="Attempting to unscale FP16 gradients."):
             scaler.step(optimizer)
         param.grad = None
+
+
+def test_a_nan_in_a_cpu_gradient_skips_the_step_when_the_scale_lives_on_a_device():
+    """One optimizer over CPU and emu parameters, the loss (so the scale) on emu: the CPU's found-inf
+    flag was a non_blocking emu-to-CPU copy, which landed after the CPU kernel had set it, so the
+    NaN went unnoticed and the step was taken (283 of 300 trials; torch's own scaler: 139 of 300,
+    the same hazard; found 2026-11-29). Copies to the CPU now wait."""
+    for _ in range(50):
+        first, second = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2).to("emu")
+        scaler = torchbridge.amp.GradScaler("emu", init_scale=16.0)
+        optimizer = torch.optim.SGD(list(first.parameters()) + list(second.parameters()), lr=0.1)
+        scaler.scale(second(first(torch.ones(3, 4)).to("emu")).sum()).backward()
+        first.weight.grad[0, 0] = math.nan
+        before = first.weight.detach().clone()
+        scaler.step(optimizer)
+        scaler.update()
+        assert torch.equal(first.weight.detach(), before)  # skipped
+        assert scaler.get_scale() == 8.0  # and backed off
