@@ -239,6 +239,7 @@ class UnifiedManager:
             raise ValueError(f"the configuration is for {mode} (training={self.config.training}) but the model is in "
                              f"{'training' if model.training else 'eval'} mode; call model."
                              f"{'train' if self.config.training else 'eval'}() first or change config.training")
+        _check_float64_model(model, self.precision.precision)
         if example_inputs is not None and not isinstance(example_inputs, tuple):
             example_inputs = (example_inputs,)
         plan = json.loads(self._native.plan_json(json.dumps(_model_traits(model, optimizer, example_inputs))))
@@ -332,6 +333,20 @@ class UnifiedManager:
         else:
             raise RuntimeError(f"the optimization plan has a step {name!r} the Python executor does not know")
         return model, optimizer, None, None
+
+
+def _check_float64_model(model, precision: str) -> None:
+    """fp64 means the model computes in float64 as given: optimize lowers nothing (no TF32, no
+    autocast) but casts nothing up either (float32 inputs would then not match). A model with other
+    floating-point parameters would compute in their dtype while the report said float64."""
+    if precision != "fp64":
+        return
+    other = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()
+                    if p.is_floating_point() and p.dtype != torch.float64})
+    if other:
+        raise ValueError(f"precision fp64: the model's floating-point parameters are {', '.join(other)}, so it "
+                         "would compute in that precision; cast it with model.double() (and give it float64 "
+                         "inputs) before optimize, or ask for fp32")
 
 
 def _checkpoint_blocks(model) -> "tuple[str, int] | None":

@@ -24,12 +24,30 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace torchbridge {
 namespace {
+
+// fp64 means the module computes in float64 as given: optimize lowers nothing and casts nothing up
+// (float32 inputs would then not match), so a module with other floating-point parameters would
+// compute in their precision under a report saying float64.
+void check_computes_in_float64(const torch::nn::Module& module) {
+  std::set<std::string> others;
+  for (const at::Tensor& parameter : module.parameters()) {
+    if (parameter.is_floating_point() && parameter.scalar_type() != at::kDouble) {
+      others.insert(c10::toString(parameter.scalar_type()));
+    }
+  }
+  std::string listed;
+  for (const std::string& name : others) listed += (listed.empty() ? "" : ", ") + name;
+  TORCH_CHECK_VALUE(others.empty(), "precision fp64: the module's floating-point parameters are ", listed,
+                    ", so it would compute in that precision; cast it with module->to(torch::kFloat64) (and give it "
+                    "float64 inputs) before optimize, or ask for fp32");
+}
 
 // LibTorch optimizers carry no class name at run time; the plan only needs it for its report.
 std::string optimizer_name(const torch::optim::Optimizer* optimizer) {
@@ -165,6 +183,7 @@ OptimizationReport UnifiedManager::start_report() const {
 }
 
 const OptimizationReport& UnifiedManager::optimize(torch::nn::Module& module, torch::optim::Optimizer* optimizer) {
+  if (precision_.precision == Precision::kFp64) check_computes_in_float64(module);
   const auto steps = plan(traits_of(module, optimizer));
   OptimizationReport report = start_report();
   for (const PlannedStep& step : steps) {

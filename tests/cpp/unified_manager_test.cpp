@@ -69,6 +69,19 @@ TEST(UnifiedManager, ALevelThatAppliesNothingBeyondO0SaysSo) {
   EXPECT_EQ(summary(conv_manager.optimize(*conv)), "O1 on cpu applied channels_last");
 }
 
+// fp64 lowers nothing and casts nothing up: a float32 module would compute in float32 under a
+// report saying float64 (accepted silently before 2026-11-29); a float64 one is optimized.
+TEST(UnifiedManager, Fp64RefusesAModuleThatDoesNotComputeInFloat64) {
+  UnifiedManager manager(cpu_config(OptLevel::O2, "fp64", false));
+  torch::nn::Sequential model(torch::nn::Linear(8, 8));
+  model->eval();
+  const std::string message = test_support::error_of([&] { manager.optimize(*model); });
+  EXPECT_NE(message.find("precision fp64: the module's floating-point parameters are Float"), std::string::npos)
+      << message;
+  model->to(torch::kFloat64);
+  EXPECT_NO_THROW(manager.optimize(*model));
+}
+
 TEST(UnifiedManager, InferenceAtO2CastsFloatingPointTensorsOnly) {
   UnifiedManager manager(cpu_config(OptLevel::O2, "bf16", false));
   torch::nn::Sequential model(torch::nn::Linear(8, 8), torch::nn::BatchNorm1d(8));

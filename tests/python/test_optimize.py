@@ -527,3 +527,15 @@ def test_validate_moves_and_casts_inputs_inside_dicts_and_lists(backend):
     manager.optimize(model, example_inputs=(inputs,))
     step = next(s for s in manager.report().steps if s.name == "validate")
     assert step.outcome == "applied" and "within the fp32 bound" in step.detail, step.detail
+
+
+def test_fp64_is_refused_for_a_model_that_does_not_compute_in_float64():
+    """precision="fp64" was accepted and changed nothing: the float32 model ran in float32 under a
+    report saying the device computes float64 (found 2026-11-29). A float64 model is optimized."""
+    manager = UnifiedManager(TorchBridgeConfig(backend="cpu", optimization_level="O2", precision="fp64",
+                                               compile=False))
+    with pytest.raises(ValueError, match=r"precision fp64: the model's floating-point parameters are float32.*"
+                                         r"model\.double\(\)"):
+        manager.optimize(torch.nn.Linear(4, 4))
+    model = manager.optimize(torch.nn.Linear(4, 4).double())
+    assert model(torch.randn(2, 4, dtype=torch.float64)).dtype == torch.float64
