@@ -7,7 +7,9 @@
 #include "printable_json.h"
 #include "text_format.h"
 
+#include <torchbridge/closest_name.h>
 #include <torchbridge/health.h>
+#include <torchbridge/optimize/config.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/sdk/device.h>
 #include <torchbridge/version.h>
@@ -45,7 +47,8 @@ constexpr const char* kHelp = R"(usage: torchbridge doctor [--json] [--backend N
 Checks this installation: torch's build configuration, that libtorchbridge and libtorch load
 and match, a real health check of every available device (allocate, copy a known pattern there
 and back, compare, synchronize; timed), the SDK device libraries it can find, and the environment
-variables that change behaviour.
+variables that change behaviour; a TORCHBRIDGE_ variable a letter or two away from one TorchBridge
+reads is a warning naming that one (a typo's setting is ignored).
 
 Exit code: 0 healthy, 1 at least one check failed, 2 warnings only.
   --json           machine-readable output (schema: docs/cli-json.md)
@@ -143,6 +146,36 @@ std::vector<Check> backend_checks(const std::string* wanted) {
   return checks;
 }
 
+constexpr std::string_view kPrefix = "TORCHBRIDGE_";
+
+// What follows TORCHBRIDGE_ in each variable TorchBridge reads at run time: the configuration's
+// fields, and these outside it.
+std::vector<std::string> runtime_variable_suffixes() {
+  std::vector<std::string> suffixes = {
+      "LOG_LEVEL",    // redirection's logging (Python)
+      "LOAD_DEVICE",  // the SDK device `import torchbridge` loads (Python)
+      "DEVICE_PATH",  // where the SDK looks for device libraries
+      "SDK_STRICT",   // the SDK's CPU fallback refuses instead of warning
+  };
+  for (const auto& field : config_schema()) suffixes.emplace_back(std::string_view(field.environment).substr(kPrefix.size()));
+  return suffixes;
+}
+
+// A TORCHBRIDGE_ variable a letter or two away from one TorchBridge reads, and not that one, is a
+// typo whose setting nothing sees. Names far from every one are left alone: the build and test
+// scripts and device libraries (TORCHBRIDGE_EMU_*) read variables of their own.
+std::optional<Check> misspelled_variable_check(std::string_view name) {
+  const std::string suffix(name.substr(kPrefix.size()));
+  const std::vector<std::string> known = runtime_variable_suffixes();
+  if (std::find(known.begin(), known.end(), suffix) != known.end()) return std::nullopt;
+  const std::string closest = closest_name(suffix, known);
+  if (closest.empty()) return std::nullopt;
+  return Check{std::string(name), Outcome::kWarning,
+               "TorchBridge reads no such variable, so its setting is ignored; did you mean " +
+                   std::string(kPrefix) + closest + "?",
+               std::nullopt};
+}
+
 std::vector<Check> environment_checks(nlohmann::json& overrides) {
   std::vector<Check> checks;
   overrides = nlohmann::json::object();
@@ -152,8 +185,10 @@ std::vector<Check> environment_checks(nlohmann::json& overrides) {
   for (char** variable = environ; *variable != nullptr; ++variable) {
     const std::string_view entry(*variable);
     const size_t equals = entry.find('=');
-    if (entry.starts_with("TORCHBRIDGE_") && equals != std::string_view::npos) {
-      overrides[std::string(entry.substr(0, equals))] = std::string(entry.substr(equals + 1));
+    if (entry.starts_with(kPrefix) && equals != std::string_view::npos) {
+      const std::string_view name = entry.substr(0, equals);
+      overrides[std::string(name)] = std::string(entry.substr(equals + 1));
+      if (auto typo = misspelled_variable_check(name)) checks.push_back(std::move(*typo));
     }
   }
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");

@@ -10,16 +10,22 @@
 
 namespace torchbridge::python {
 
+// A new reference to `message` as a Python str, bytes that are not UTF-8 as \xNN; null with the
+// decoding's own error set (out of memory).
+inline PyObject* decoded_message(const std::string& message) {
+  return PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "backslashreplace");
+}
+
 inline void set_python_error(PyObject* type, const std::string& message) {
-  PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "backslashreplace");
-  if (text == nullptr) return;  // the decoding's own error (out of memory) is set instead
+  PyObject* text = decoded_message(message);
+  if (text == nullptr) return;  // the decoding's own error is set instead
   PyErr_SetObject(type, text);
   Py_DECREF(text);
 }
 
 // PyErr_WarnEx with such a message; returns PyErr_WarnEx's result (-1: the warning became an error).
 inline int warn_in_python(PyObject* category, const std::string& message, Py_ssize_t stack_level) {
-  PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "backslashreplace");
+  PyObject* text = decoded_message(message);
   if (text == nullptr) return -1;
   const char* utf8 = PyUnicode_AsUTF8(text);  // owned by `text`
   const int result = utf8 == nullptr ? -1 : PyErr_WarnEx(category, utf8, stack_level);

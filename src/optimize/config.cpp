@@ -4,6 +4,7 @@
 #include "core/to_lower.h"
 #include "optimize/flat_toml.h"
 
+#include <torchbridge/closest_name.h>
 #include <torchbridge/parse_integer.h>
 #include <torchbridge/precision.h>
 #include <torchbridge/registry.h>
@@ -215,31 +216,12 @@ std::string valid_keys() {
   return keys;
 }
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 // "; did you mean 'hardware.nvidia.fp8_enabled'?" for a near miss, otherwise "".
 std::string suggestion_for(const std::string& key) {
-  const FieldCodec* best = nullptr;
-  std::size_t best_distance = 0;
-  for (const auto& codec : codecs()) {
-    const std::size_t distance = edit_distance(key, codec.field.name);
-    if (best == nullptr || distance < best_distance) best = &codec, best_distance = distance;
-  }
-  if (best == nullptr || best_distance > std::max<std::size_t>(2, key.size() / 4)) return "";
-  return std::string("; did you mean '") + best->field.name + "'?";
+  std::vector<std::string> names;
+  for (const auto& codec : codecs()) names.emplace_back(codec.field.name);
+  const std::string closest = closest_name(key, names);
+  return closest.empty() ? "" : "; did you mean '" + closest + "'?";
 }
 
 // True when `key` names a section ("hardware", "hardware.nvidia") rather than a field.

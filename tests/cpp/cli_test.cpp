@@ -269,6 +269,32 @@ TEST(Cli, DoctorWarnsWhenGpusAreHidden) {
   EXPECT_EQ(json["outcome"], "warning");
 }
 
+// A variable one letter off the one meant is set, read by nothing, and its setting silently lost;
+// names far from every variable TorchBridge reads (the scripts' and devices' own) draw nothing.
+TEST(Cli, DoctorNamesTheVariableAMisspelledOneWasMeantToBe) {
+  const CommandResult typo = run_cli("doctor --json", "TORCHBRIDGE_BACKNED=emu");
+  const auto json = nlohmann::json::parse(typo.out);
+  EXPECT_EQ(typo.exit_code, 2) << typo.out;
+  const nlohmann::json* check = check_named(json, "TORCHBRIDGE_BACKNED");
+  ASSERT_NE(check, nullptr) << typo.out;
+  EXPECT_EQ((*check)["outcome"], "warning");
+  EXPECT_NE((*check)["detail"].get<std::string>().find("did you mean TORCHBRIDGE_BACKEND?"), std::string::npos)
+      << typo.out;
+  const auto config_field = nlohmann::json::parse(run_cli("doctor --json", "TORCHBRIDGE_PRECISSION=bf16").out);
+  ASSERT_NE(check_named(config_field, "TORCHBRIDGE_PRECISSION"), nullptr);
+  EXPECT_NE((*check_named(config_field, "TORCHBRIDGE_PRECISSION"))["detail"].get<std::string>().find(
+                "TORCHBRIDGE_PRECISION?"),
+            std::string::npos);
+
+  const CommandResult others = run_cli(
+      "doctor --json", "TORCHBRIDGE_JOBS=2 TORCHBRIDGE_EMU_DEVICES=2 TORCHBRIDGE_LOG_LEVEL=INFO TORCHBRIDGE_PRECISION=fp32");
+  const auto quiet = nlohmann::json::parse(others.out);
+  for (const char* name : {"TORCHBRIDGE_JOBS", "TORCHBRIDGE_EMU_DEVICES", "TORCHBRIDGE_LOG_LEVEL", "TORCHBRIDGE_PRECISION"}) {
+    EXPECT_EQ(check_named(quiet, name), nullptr) << name << ": " << others.out;
+    EXPECT_TRUE(quiet["environment_overrides"].contains(name)) << name;
+  }
+}
+
 TEST(Cli, VersionHelpAndErrors) {
   const CommandResult version = run_cli("--version");
   EXPECT_EQ(version.exit_code, 0);
