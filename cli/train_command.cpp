@@ -192,6 +192,9 @@ void check_every_rank_agrees(distributed::ProcessGroup& group, const TrainOption
       {"--resume (given or not)", options.resume ? 1 : 0},
       {"--micro-batches", options.micro_batches},
       {"--schedule (0 gpipe, 1 1f1b)", static_cast<int64_t>(options.schedule)},
+      // By device type: a rank on emu beside one on the CPU would train, each reducing its
+      // gradients its own way, to different numbers.
+      {"--device", static_cast<int64_t>(create_backend(options.device)->device_type())},
   };
   std::vector<int64_t> values;
   for (const auto& field : fields) values.push_back(field.second);
@@ -203,9 +206,14 @@ void check_every_rank_agrees(distributed::ProcessGroup& group, const TrainOption
       const int64_t ranks_zero = gathered[0][static_cast<int64_t>(f)].item<int64_t>();
       if (theirs == ranks_zero) continue;
       const auto shown = [&](int64_t value) {
-        return f == 0 ? models[static_cast<size_t>(value)].name
-               : f == 4 ? to_string(static_cast<Parallelism>(value))
-                        : std::to_string(value);
+        if (f == 0) return models[static_cast<size_t>(value)].name;
+        if (f == 4) return to_string(static_cast<Parallelism>(value));
+        if (fields[f].first == "--device") {
+          // A rank that has not loaded the SDK device knows PrivateUse1 only by torch's name for it.
+          const std::string type = c10::DeviceTypeName(static_cast<c10::DeviceType>(value), /*lower_case=*/true);
+          return type == "privateuseone" ? std::string("an SDK device") : type;
+        }
+        return std::to_string(value);
       };
       differences += (differences.empty() ? "" : "; ") + std::string("rank ") + std::to_string(rank) + " has " +
                      fields[f].first + " " + shown(theirs) + ", rank 0 has " + shown(ranks_zero);

@@ -8,8 +8,10 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/logger.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/embedding.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -58,7 +60,22 @@ class UnscaledAllReduceHook : public c10d::CppCommHookInterface<c10::intrusive_p
   }
 };
 
+// c10d's reducer buckets dense gradients only (it is told none is sparse): a sparse embedding's
+// gradient would fail inside backward with "Cannot access storage of SparseTensorImpl".
+void refuse_sparse_gradients(torch::nn::Module& module, const std::string& name = "(the model)") {
+  const auto* embedding = module.as<torch::nn::Embedding>();
+  const auto* bag = module.as<torch::nn::EmbeddingBag>();
+  const bool sparse = (embedding != nullptr && embedding->options.sparse()) || (bag != nullptr && bag->options.sparse());
+  TORCH_CHECK_VALUE(!sparse, "DataParallel: module '", name, "' makes sparse gradients (sparse=true), which ",
+                    "DataParallel does not reduce; construct it with sparse=false");
+  // Not named_modules(): it hands out the top module as a shared_ptr, which one on the stack is not.
+  for (const auto& child : module.named_children()) {
+    refuse_sparse_gradients(*child.value(), name == "(the model)" ? child.key() : name + "." + child.key());
+  }
+}
+
 ModelTensors tensors_of(torch::nn::Module& module) {
+  refuse_sparse_gradients(module);
   ModelTensors tensors;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) tensors.parameters.emplace_back(item.key(), item.value());
   tensors.buffers = module.buffers(/*recurse=*/true);
@@ -119,11 +136,13 @@ DataParallel::DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGro
   std::reverse(buckets.begin(), buckets.end());
   std::reverse(bucket_limits.begin(), bucket_limits.end());
   bucket_count_ = buckets.size();
-  reducer_ = std::make_unique<c10d::Reducer>(
+  reducer_ = std::make_shared<c10d::Reducer>(
       parameters_, std::move(buckets), native, std::vector<bool>(parameters_.size(), false), options.bucket_bytes,
       options.find_unused_parameters, options.gradient_as_bucket_view, std::move(names),
       options.first_bucket_bytes, /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
       std::vector<int64_t>(bucket_limits.begin(), bucket_limits.end()));
+  logger_ = std::make_shared<c10d::Logger>(reducer_);
+  reducer_->set_logger(logger_);
   if (host_staging_) {
     FinalBuckets::mark(*reducer_);
     reducer_->register_comm_hook(make_host_staging_hook(group_));

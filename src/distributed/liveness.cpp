@@ -128,9 +128,11 @@ std::string Liveness::recorded_or_new_verdict() {
     verdict = list_of_ranks(lost) + (lost.size() == 1 ? " was" : " were") +
               " lost: its heartbeat stopped (the process died or was stopped)";
   } else if (!finished.empty()) {
+    // A rank's group ends on purpose when its program finishes, and also when an error unwinds it:
+    // this rank cannot tell which.
     verdict = list_of_ranks(finished) + (finished.size() == 1 ? " has" : " have") +
-              " finished and left the group while this rank still expected it: do all ranks run the same number "
-              "of steps?";
+              " left the group while this rank still expected it: its program finished or stopped on an error "
+              "(see that rank's output); if it finished, do all ranks run the same number of steps?";
   } else {
     verdict = "every rank is still alive (each beat its heartbeat), so one of them did not enter this operation in "
               "time: do all ranks run the same steps?";

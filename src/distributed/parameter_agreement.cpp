@@ -16,13 +16,19 @@ namespace torchbridge::distributed {
 namespace {
 
 constexpr int64_t kMaxDims = 8;
-constexpr int64_t kRow = kMaxDims + 2;  // dimensions, dtype, sizes
+// A parameter's row: dimensions, dtype, whether it is trained, its device type, sizes. Ranks that
+// train different parameters would hand c10d's reducer lists of different lengths (Gloo then
+// aborts the process on a size mismatch); ranks on different device types reduce gradients
+// differently (host staging averages after the all-reduce, the CPU before it), to wrong numbers.
+constexpr int64_t kSizes = 4;
+constexpr int64_t kRow = kSizes + kMaxDims;
 
 std::string describe(const at::Tensor& row) {
   std::ostringstream text;
   text << static_cast<at::ScalarType>(row[1].item<int64_t>()) << " [";
-  for (int64_t d = 0; d < row[0].item<int64_t>(); ++d) text << (d ? ", " : "") << row[d + 2].item<int64_t>();
-  text << "]";
+  for (int64_t d = 0; d < row[0].item<int64_t>(); ++d) text << (d ? ", " : "") << row[d + kSizes].item<int64_t>();
+  text << "] " << (row[2].item<int64_t>() != 0 ? "trained" : "frozen") << " on "
+       << c10::DeviceTypeName(static_cast<c10::DeviceType>(row[3].item<int64_t>()), /*lower_case=*/true);
   return text.str();
 }
 
@@ -52,7 +58,9 @@ void check_same_parameters_on_every_rank(ProcessGroup& group,
                         p.dim(), " dimensions; at most ", kMaxDims, " are supported");
       metadata[i][0] = p.dim();
       metadata[i][1] = static_cast<int64_t>(p.scalar_type());
-      for (int64_t d = 0; d < p.dim(); ++d) metadata[i][d + 2] = p.size(d);
+      metadata[i][2] = p.requires_grad() ? 1 : 0;
+      metadata[i][3] = static_cast<int64_t>(p.device().type());
+      for (int64_t d = 0; d < p.dim(); ++d) metadata[i][d + kSizes] = p.size(d);
     }
     const auto all = group.all_gather(metadata);
     for (size_t r = 1; r < all.size(); ++r) {
@@ -69,7 +77,7 @@ void check_same_parameters_on_every_rank(ProcessGroup& group,
   }
   TORCH_CHECK_VALUE(differing.empty(), who, ", rank ", group.rank(), " of ", group.world_size(),
                     ": the model differs across ranks (ranks ", c10::IntArrayRef(differing),
-                    " do not match rank 0's parameter shapes): ", first_difference);
+                    " do not match rank 0's parameters): ", first_difference);
 }
 
 }  // namespace torchbridge::distributed

@@ -1,7 +1,7 @@
 #pragma once
-// Every rank of a data-parallel group must hold the same parameters (count, shapes, dtypes): a
-// different model on one rank would otherwise fail later, somewhere inside a collective, or
-// silently average unrelated tensors. Internal to the distributed layer.
+// Every rank of a data-parallel group must hold the same parameters (count, shapes, dtypes, which
+// are trained, device type): a different model on one rank would otherwise fail later, somewhere
+// inside a collective, or silently average unrelated tensors. Internal to the distributed layer.
 
 #include <string>
 #include <utility>
@@ -15,7 +15,7 @@ namespace torchbridge::distributed {
 
 class ProcessGroup;
 
-// Gathers every rank's parameter count, shapes and dtypes (as CPU tensors, whatever the
+// Gathers every rank's parameter count, shapes, dtypes, requires_grad flags and device types (as CPU tensors, whatever the
 // parameters' device) and raises the same c10::ValueError on every rank when any rank differs
 // from rank 0, naming the ranks and the first parameter that differs. `who` starts the message.
 void check_same_parameters_on_every_rank(ProcessGroup& group,

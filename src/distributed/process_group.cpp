@@ -5,6 +5,8 @@
 #include "distributed/liveness.h"
 
 #include <torchbridge/backend.h>
+#include <torchbridge/parse_integer.h>
+#include <torchbridge/registry.h>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -154,7 +157,24 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) { return init(rea
 std::shared_ptr<ProcessGroup> init(const LaunchEnvironment& env, const InitOptions& options) {
   TORCH_CHECK_VALUE(options.timeout.count() > 0, "the distributed timeout must be positive, got ",
                     options.timeout.count(), " ms");
-  const bool cuda = options.device.rfind("cuda", 0) == 0;
+  // The device names a backend ("cpu", "emu", "cuda", "cuda:1"); anything else (a typo, "nccl")
+  // is refused rather than given Gloo as if it had named the CPU.
+  const size_t colon = options.device.find(':');
+  const std::string device_name = options.device.substr(0, colon);
+  c10::DeviceType device_type = c10::DeviceType::CPU;
+  try {
+    device_type = BackendRegistry::instance().device_type_of(device_name);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK_VALUE(false, "the distributed device '", options.device, "' does not name a backend: ", e.msg());
+  }
+  // -1: no index given (NCCL then takes the GPU of this rank's LOCAL_RANK).
+  const int64_t device_index =
+      colon == std::string::npos
+          ? -1
+          : parse_integer(std::string_view(options.device).substr(colon + 1), "the distributed device's index", 0,
+                          INT8_MAX);
+  // CUDA's own tensors (ROCm's too); an SDK device such as cudasdk is PrivateUse1 and uses Gloo.
+  const bool cuda = device_type == c10::DeviceType::CUDA;
   const CollectiveBackend backend =
       options.backend.value_or(cuda ? CollectiveBackend::nccl : CollectiveBackend::gloo);
   const std::string nccl_unavailable = backend == CollectiveBackend::nccl ? nccl_unavailable_reason() : "";
@@ -175,9 +195,7 @@ std::shared_ptr<ProcessGroup> init(const LaunchEnvironment& env, const InitOptio
   native->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
   if (backend == CollectiveBackend::nccl) {
     // CUDA tensors go to NCCL: c10d picks the backend by the tensors' device type.
-    const c10::Device requested(options.device);
-    const c10::Device gpu(c10::kCUDA, requested.has_index() ? requested.index()
-                                                            : static_cast<c10::DeviceIndex>(env.local_rank));
+    const c10::Device gpu(c10::kCUDA, static_cast<c10::DeviceIndex>(device_index >= 0 ? device_index : env.local_rank));
     const auto nccl = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("nccl", store), env.rank,
                                         env.world_size, options.timeout, gpu);
     native->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);

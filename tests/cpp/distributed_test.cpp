@@ -10,6 +10,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
 
@@ -181,6 +183,18 @@ TEST(ProcessGroup, NcclWorldOfOneReducesCudaTensorsAndKeepsGlooForTheCpus) {
   reference->forward(x).square().mean().backward();
   EXPECT_TRUE(at::equal(trained->weight.grad().cpu(), reference->weight.grad().cpu()));  // the mean over one rank
   EXPECT_TRUE(at::equal(trained->bias.grad().cpu(), reference->bias.grad().cpu()));
+}
+
+// c10d's reducer buckets dense gradients only; a sparse embedding's failed inside backward with
+// "Cannot access storage of SparseTensorImpl", naming nothing. Refused, named, at construction.
+TEST(DataParallel, RefusesAModuleThatMakesSparseGradients) {
+  const auto group = init(LaunchEnvironment{}, InitOptions{});
+  torch::nn::Sequential model(torch::nn::Linear(2, 2),
+                              torch::nn::Embedding(torch::nn::EmbeddingOptions(4, 2).sparse(true)));
+  const std::string refused = error_of([&] { DataParallel parallel(*model, group); });
+  EXPECT_NE(refused.find("DataParallel: module '1' makes sparse gradients (sparse=true)"), std::string::npos) << refused;
+  torch::nn::Sequential dense(torch::nn::Linear(2, 2), torch::nn::Embedding(4, 2));
+  EXPECT_NO_THROW(DataParallel(*dense, group));
 }
 
 // Gradients as bucket views, in a world of one (Gloo, the CPU): after each step every gradient

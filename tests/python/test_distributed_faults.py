@@ -62,7 +62,8 @@ def test_survivors_exit_naming_the_lost_rank(world_size, victim, how):
             except subprocess.TimeoutExpired:
                 pytest.fail(f"rank {rank} still running {DEADLINE_S} s after start: it hangs on the lost rank {victim}")
             assert process.returncode == 1, f"rank {rank} exited with {process.returncode}: {stderr}"
-            expected = (f"rank {victim} has finished and left the group while this rank still expected it"
+            expected = (f"rank {victim} has left the group while this rank still expected it: its program finished or "
+                        "stopped on an error"
                         if how == "finish" else f"rank {victim} was lost" if victim != 0 else
                         "rank 0 was lost: the rendezvous store it serves at 127.0.0.1:")
             assert expected in stderr, f"rank {rank} does not name the lost rank {victim}: {stderr}"

@@ -138,10 +138,91 @@ def test_bad_input_is_refused():
     group = tbd.init()
     with pytest.raises(TypeError, match="wraps a torch.nn.Module, got int"):
         tbd.DataParallel(3, group)
-    with pytest.raises(ValueError, match="bucket sizes must be positive"):
-        tbd.DataParallel(torch.nn.Linear(2, 2), group, bucket_cap_mb=0)
+    for timeout in (True, "5", None):
+        with pytest.raises(TypeError, match=f"timeout must be a number of seconds .* got {type(timeout).__name__}"):
+            tbd.init(timeout=timeout)
+    for device in ("bogus", "", "nccl"):
+        with pytest.raises(ValueError, match=f"the distributed device '{device}' does not name a backend"):
+            tbd.init(device=device)
+    with pytest.raises(ValueError, match="the distributed device's index"):
+        tbd.init(device="cpu:x")
+    for size in (0, -1, float("inf"), float("nan"), 1e13):
+        with pytest.raises(ValueError, match=f"bucket_cap_mb must be positive and below 2\\*\\*43 MiB, got {size!r}"):
+            tbd.DataParallel(torch.nn.Linear(2, 2), group, bucket_cap_mb=size)
+    with pytest.raises(TypeError, match="first_bucket_mb must be a number of MiB, got str"):
+        tbd.DataParallel(torch.nn.Linear(2, 2), group, first_bucket_mb="1")
     with pytest.raises(ValueError, match="needs a loss tensor"):
         tbd.DataParallel(torch.nn.Linear(2, 2), group).backward(torch.zeros(()))
+    sparse = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.EmbeddingBag(4, 2, sparse=True))
+    with pytest.raises(ValueError, match="module '1' makes sparse gradients"):
+        tbd.DataParallel(sparse, group)
+
+
+class BranchOnRequest(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+
+    def forward(self, x, use_b):
+        return self.a(x) + (self.b(x) if use_b else 0)
+
+
+def test_find_unused_parameters_follows_a_set_that_changes_between_steps(without_torchrun):
+    # Step 1 leaves b unused, step 2 uses it, step 3 not again: c10d's reducer reports the change
+    # to its logger, which DataParallel did not give it (a segmentation fault in step 2).
+    torch.manual_seed(0)
+    wrapped = tbd.DataParallel(BranchOnRequest(), tbd.init(), find_unused_parameters=True)
+    reference = BranchOnRequest()
+    reference.load_state_dict(wrapped.module.state_dict())
+    for use_b in (False, True, False):
+        wrapped.zero_grad()
+        reference.zero_grad()
+        x = torch.randn(3, 8)
+        wrapped.backward(wrapped(x, use_b).sum())
+        reference(x, use_b).sum().backward()
+        for got, want in zip(wrapped.module.parameters(), reference.parameters()):
+            if want.grad is None:  # unused this step: no gradient, or the reducer's zeros
+                assert got.grad is None or not got.grad.any()
+            else:
+                assert torch.equal(got.grad, want.grad)
+
+
+MISMATCHED_RANKS = """
+import sys, torch, torchbridge, torchbridge.distributed as tbd
+torchbridge.devices.load("emu")
+group = tbd.init(timeout=60)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+if sys.argv[1] == "frozen" and group.rank == 1:
+    model[2].weight.requires_grad_(False)
+if sys.argv[1] == "device" and group.rank == 1:
+    model.to("emu:0")
+try:
+    tbd.DataParallel(model, group)
+except ValueError as e:
+    print(f"rank {group.rank} refused: {e}", flush=True)
+    sys.exit(0)
+print(f"rank {group.rank} accepted", flush=True)
+"""
+
+
+@pytest.mark.parametrize("difference, named", [
+    ("frozen", "parameter '2.weight' is Float [4, 16] frozen on cpu on rank 1, Float [4, 16] trained on cpu on rank 0"),
+    ("device", "parameter '0.weight' is Float [16, 8] trained on emu on rank 1, Float [16, 8] trained on cpu on rank 0"),
+])
+def test_ranks_that_train_different_parameters_or_devices_are_refused(tmp_path, difference, named):
+    # A parameter frozen on one rank only made Gloo abort the process (its reducer's buckets
+    # differed in size); ranks on emu and on the CPU trained to wrong gradients (host staging
+    # averages after the all-reduce, the CPU before it).
+    program = tmp_path / "ranks.py"
+    program.write_text(MISMATCHED_RANKS)
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          str(program), difference], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank} refused: DataParallel, rank {rank} of 2: the model differs across ranks" in run.stdout, \
+            run.stdout
+    assert named in run.stdout, run.stdout
 
 
 

@@ -130,6 +130,13 @@ def test_ranks_started_with_different_options_are_named_before_training():
                           "--no-python", "bash", "-c", command], capture_output=True, text=True, timeout=300, env=ENV)
     assert run.returncode != 0
     assert "rank 1 has --steps 6, rank 0 has 5" in run.stderr, run.stderr[-2000:]
+    # A rank on emu beside one on the CPU trained to wrong numbers, or hung in a collective.
+    command = f"exec {BINARY} train --model builtin:mlp --data-parallel --steps 3 $([ $RANK = 1 ] && echo --device emu)"
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "--no-python", "bash", "-c", command], capture_output=True, text=True, timeout=300, env=ENV)
+    assert run.returncode != 0
+    assert "rank 1 has --device an SDK device, rank 0 has cpu" in run.stderr, run.stderr[-2000:]
+    assert "rank 1 has --device emu, rank 0 has cpu" in run.stderr, run.stderr[-2000:]
 
 
 def test_torchrun_without_a_parallel_mode_is_refused():

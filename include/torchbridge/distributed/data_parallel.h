@@ -26,6 +26,7 @@ namespace at {
 class Tensor;
 }
 namespace c10d {
+class Logger;
 class Reducer;
 }
 namespace torch::nn {
@@ -101,7 +102,10 @@ class DataParallel {
   std::shared_ptr<ProcessGroup> group_;
   std::vector<at::Tensor> parameters_;
   std::vector<at::Tensor> buffers_;  // broadcast from rank 0 after each synchronized backward; empty without broadcast_buffers
-  std::unique_ptr<c10d::Reducer> reducer_;
+  std::shared_ptr<c10d::Reducer> reducer_;
+  // The reducer reports to a logger: with find_unused_parameters, a step whose unused set differs
+  // from the last one's says so through it (c10d dereferences it unchecked there).
+  std::shared_ptr<c10d::Logger> logger_;
   size_t bucket_count_ = 0;
   bool synchronize_ = true;
   bool host_staging_ = false;  // an SDK device's gradients are all-reduced through host memory
