@@ -171,15 +171,15 @@ def _export(argv: "list[str]") -> int:
             try:
                 model = torch.jit.load(spec)
             except RuntimeError as error:
-                raise ValueError(f"--model '{spec}' is not a TorchScript module torch can load: "
-                                 f"{str(error).splitlines()[0]}") from None
+                raise ValueError(f"--model '{spec}' is not a TorchScript module torch can load: {error}") from None
             shape = options.get("--input-shape")
             if shape is None:
                 raise ValueError(f"--format {export_format} verifies the file on a sample input: give --input-shape")
         sample = tuple(torch.randn(_C.parse_shape(s)) for s in shape.split(";"))
         result = getattr(deployment, exporter_name)(model, output_path=options["--output"], sample_input=sample)
     except (ValueError, TypeError, ImportError, RuntimeError) as error:
-        print(f"torchbridge: {str(error).splitlines()[0]}", file=sys.stderr)
+        # The whole message: a TorchScript model's failure names the cause in its last lines.
+        print(f"torchbridge: {error}", file=sys.stderr)
         return 1
     except OSError as error:  # writing the output (reading --model fails in torch.jit.load as a RuntimeError)
         print(f"torchbridge: cannot write --output '{options['--output']}': {error.strerror or error}",

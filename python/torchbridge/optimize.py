@@ -63,7 +63,10 @@ class OptimizationReport:
         """One line: what the level did beyond O0's placement, or that it did nothing more and why
         to look at the steps."""
         if self.level == "O0":
-            return f"O0 on {self.device}: placed on the device, nothing else"
+            # O0's own steps beside placement (deterministic algorithms, validation) are said too.
+            also = [s.name for s in self.steps if s.outcome == "applied" and s.name != "place"]
+            return f"O0 on {self.device}: placed on the device" + (f", then {', '.join(also)}" if also else
+                                                                    ", nothing else")
         beyond = [s.name for s in self.steps if s.level != "O0" and s.outcome != "skipped"]
         if not beyond:
             return (f"{self.level} applied nothing beyond O0 on {self.device}: every step of O1-{self.level} was "

@@ -111,6 +111,9 @@ class UnifiedValidator:
         before each step."""
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module or TorchScript module, got {type(model).__name__}")
+        if progress is not None and not callable(progress):
+            raise TypeError(f"progress must be a function (backend, step, done, total) or None, got "
+                            f"{type(progress).__name__}")
         tensors = _inputs(input_shape, inputs, self.seed)
         kind = "TorchScript" if isinstance(model, torch.jit.ScriptModule) else "Python nn.Module"
 
@@ -140,6 +143,9 @@ def _check_precision(dtype: str) -> str:
 def _inputs(input_shape, inputs, seed: int) -> "list[torch.Tensor]":
     if (input_shape is None) == (inputs is None):
         raise ValueError("give exactly one of input_shape (e.g. (4, 16, 32)) or inputs (CPU tensors)")
+    if isinstance(input_shape, (str, bytes)):
+        raise TypeError(f"input_shape must be a shape such as (4, 16, 32), not a {type(input_shape).__name__} "
+                        f"({input_shape!r})")
     if inputs is not None:
         tensors = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
         for t in tensors:
@@ -193,7 +199,7 @@ class _PlacedModel:
         # A forward-only run (the determinism repeat) keeps grad mode as the first run had it: under
         # no_grad some modules take another kernel (TransformerEncoderLayer's and
         # MultiheadAttention's fast path in eval mode) whose last bits differ from the first run's.
-        outputs = flatten(self.module(*xs))
+        outputs = flatten(self.module(*xs), skip_non_tensors=True)  # e.g. attention's None weights
         if weights_for is None:
             grads = []
         else:
@@ -226,7 +232,11 @@ def _copy(model):
     # A copy that owns its tensors, so the source is never moved or cast. Deep-copying a
     # TorchScript module clones its parameters with autograd recording, which makes them
     # non-leaves whose .grad never fills in; detaching in place makes them leaves again.
-    duplicate = copy.deepcopy(model)
+    try:
+        duplicate = copy.deepcopy(model)
+    except Exception as error:  # an attribute that cannot be copied (a lock, a file): not the model's run
+        raise TypeError(f"the model cannot be deep-copied, which validation needs (each backend runs a copy; "
+                        f"the model itself is never modified): {error}") from error
     for p in duplicate.parameters():
         if not p.is_leaf:
             requires_grad = p.requires_grad

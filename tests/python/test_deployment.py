@@ -225,6 +225,58 @@ def test_onnx_dynamic_batch_bad_arguments(tmp_path):
     assert not any(tmp_path.iterdir()), "a rejected export must not write anything"
 
 
+def test_onnx_float16_models_are_checked_at_float16s_precision(tmp_path):
+    # One float16 rounding step near 0.5 is 2.4e-4; float32's default tolerance refused this file.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).half()
+    x = torch.randn(8, 16, dtype=torch.half)
+    result = export_to_onnx(model, output_path=tmp_path / "h.onnx", sample_input=x)
+    assert result.tolerance == (4e-3, 1e-3)
+    (got,) = onnxruntime_outputs(result.path, x)
+    with torch.no_grad():
+        np.testing.assert_allclose(got.astype(np.float32), model(x).float().numpy(), rtol=4e-3, atol=1e-3)
+    with pytest.raises(ExportVerificationError, match="the rtol= and atol= arguments set it"):
+        export_to_onnx(model, output_path=tmp_path / "tight.onnx", sample_input=x, rtol=0, atol=1e-9)
+
+
+def test_onnx_result_says_the_batch_is_symbolic_when_dynamic_axes_made_it(tmp_path):
+    model, x = make("mlp")
+    named = export_to_onnx(model, output_path=tmp_path / "named.onnx", sample_input=(x,), input_names=["x"],
+                           output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    assert named.dynamic_batch is True and graph_batch_dims(named.path)[0] == "batch"
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+
+    def forward(self, x, temperature):
+        return self.linear(x) / temperature
+
+
+def test_onnx_samples_that_verify_nothing_or_cannot_grow_are_named(tmp_path):
+    # A batch of 0: every output empty, nothing compared, yet reported verified.
+    with pytest.raises(ValueError, match=r"sample_input \(\(0, 8\) float32\) gives the model Linear only empty outputs"):
+        export_to_onnx(torch.nn.Linear(8, 4), output_path=tmp_path / "b0.onnx", sample_input=torch.randn(0, 8))
+    # A batch of 1 beside a (1,) input: which is batched is ambiguous, and the grown sample says so.
+    with pytest.raises(ValueError, match=r"sample_input grown by one row .* dynamic_batch=False"):
+        export_to_onnx(Scaled(), output_path=tmp_path / "t1.onnx", sample_input=(torch.randn(1, 8), torch.tensor([2.0])))
+    result = export_to_onnx(Scaled(), output_path=tmp_path / "t1.onnx", sample_input=(torch.randn(1, 8), torch.tensor([2.0])),
+                            dynamic_batch=False)
+    assert result.dynamic_batch is False
+    for path in ("", "newdir/"):
+        with pytest.raises(ValueError, match="names no file"):
+            export_to_torchscript(torch.nn.Linear(8, 4), output_path=path, sample_input=torch.randn(2, 8))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t1.onnx", "t1.onnx.data"]  # no stray staging
+
+
+def test_a_file_name_near_the_length_limit_is_written(tmp_path):
+    name = "m" * 240 + ".pt"  # 243 bytes: the staging directory beside it must not need more than 255
+    result = export_to_torchscript(torch.nn.Linear(4, 4), output_path=tmp_path / name, sample_input=torch.randn(2, 4))
+    assert os.path.basename(result.path) == name and os.path.isfile(result.path)
+
+
 @pytest.mark.parametrize("kind", MODELS)
 def test_safetensors_reload_is_bit_exact(tmp_path, kind):
     model, _ = make(kind)

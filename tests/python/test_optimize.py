@@ -133,6 +133,18 @@ def test_o0_only_places():
     assert manager.optimize(model) is model
     assert outcomes(manager) == {"place": "applied", "deterministic": "skipped", "activation_checkpointing": "skipped",
                                  "validate": "skipped"}
+    assert manager.report().summary() == "O0 on cpu: placed on the device, nothing else"
+
+
+def test_o0_summary_names_its_other_steps():
+    # The development preset turns on deterministic algorithms for the whole process and validates:
+    # the summary said "placed on the device, nothing else".
+    manager = UnifiedManager(cpu_config(optimization_level="O0", deterministic=True))
+    try:
+        manager.optimize(mlp())
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert manager.report().summary() == "O0 on cpu: placed on the device, then deterministic"
 
 
 def test_a_level_that_applies_nothing_beyond_o0_says_so():

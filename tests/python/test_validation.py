@@ -165,6 +165,28 @@ def test_seeds_and_shapes_of_any_integer_type_and_bad_ones_named():
     for shape in (4, (4, 8.0), [(4, 8), "x"]):
         with pytest.raises(ValueError, match="must be"):
             VALIDATOR.validate_model(SmallNet(), input_shape=shape)
+    # A string was read character by character: "input_shape '4' must be positive integers".
+    with pytest.raises(TypeError, match="input_shape must be a shape such as \\(4, 16, 32\\), not a str \\('4,8'\\)"):
+        VALIDATOR.validate_model(SmallNet(), input_shape="4,8")
+    with pytest.raises(TypeError, match="progress must be a function .* got int"):
+        VALIDATOR.validate_model(SmallNet(), input_shape=(4, 8), progress=5)
+
+
+class HoldsALock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        import threading
+
+        self.linear, self.lock = torch.nn.Linear(8, 4), threading.Lock()
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def test_a_model_that_cannot_be_copied_is_named_as_such():
+    # It runs; the copy each backend validates could not be made ("does not run on the CPU" alone misled).
+    with pytest.raises(Exception, match="the model cannot be deep-copied, which validation needs.*_thread.lock"):
+        VALIDATOR.validate_model(HoldsALock(), input_shape=(2, 8))
 
 
 def test_unknown_and_unavailable_backends_raise_before_any_work():
@@ -195,6 +217,19 @@ def test_stock_modules_whose_kernels_or_gradients_tripped_the_checks_are_valid()
     assert result.is_valid, str(result)
     (bias,) = [c for c in checks(result, "emu", "gradient") if c["subject"] == "0.bias"]
     assert "not checked: the reference is within the absolute tolerance" in bias["detail"]
+    # Attention asked for no weights returns (output, None): the tensors are compared, None left alone.
+    attention = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval()
+
+    class SelfAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = attention
+
+        def forward(self, x):
+            return self.attention(x, x, x, need_weights=False)
+
+    result = VALIDATOR.validate_model(SelfAttention(), input_shape=(2, 5, 16))
+    assert result.is_valid and checks(result, "emu", "output"), str(result)
     # Determinism and the round trip measure one difference: no other metric is reported for them.
     repeats = checks(result, "emu", "determinism") + checks(result, "emu", "round_trip")
     assert repeats and all(set(c) & {"max_rel_error", "rel_l2_error", "cosine_similarity"} == set() for c in repeats)

@@ -28,6 +28,8 @@ def check_output_path(output_path, example: str) -> str:
     if not isinstance(output_path, (str, os.PathLike)):
         raise TypeError(f"output_path must be a str or os.PathLike, got {type(output_path).__name__}")
     path = os.fspath(output_path)
+    if not path or path.endswith((os.sep, "/")):
+        raise ValueError(f"output_path {path!r} names no file; expected a file path such as {example!r}")
     if os.path.isdir(path):
         raise ValueError(f"output_path '{path}' is a directory; expected a file path such as {example!r}")
     directory = os.path.dirname(os.path.abspath(path))
@@ -56,18 +58,25 @@ def describe(inputs: "tuple[torch.Tensor, ...]") -> str:
     return ", ".join(f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for t in inputs)
 
 
-def run_model(model: torch.nn.Module, inputs: "tuple[torch.Tensor, ...]") -> "list[torch.Tensor]":
+def run_model(model: torch.nn.Module, inputs: "tuple[torch.Tensor, ...]",
+              what: str = "sample_input") -> "list[torch.Tensor]":
     """The model's outputs on ``inputs``, flattened and detached; a failure means the input does
-    not fit. It runs in the caller's grad mode, which must be the one the exporter traces in: under
-    no_grad some modules take another kernel (TransformerEncoderLayer's fast path in eval mode),
-    whose last bits differ (torch.export captures in the caller's mode; the TorchScript exporter
-    traces and runs under no_grad)."""
+    not fit (``what`` names the input in the message). It runs in the caller's grad mode, which
+    must be the kernels the exporter captures: under no_grad some modules take another kernel
+    (TransformerEncoderLayer's fast path in eval mode) whose last bits differ. torch.export never
+    captures that path, so its exporters call this under enable_grad; the TorchScript exporter
+    traces and runs under no_grad. Outputs that are all empty are refused: nothing could be
+    compared, and the file would be reported verified."""
     try:
         output = model(*inputs)
     except Exception as error:  # any failure of the model's own forward on this input
-        raise ValueError(f"sample_input ({describe(inputs)}) does not fit the model "
+        raise ValueError(f"{what} ({describe(inputs)}) does not fit the model "
                          f"{type(model).__name__}: {error}") from error
-    return [tensor.detach() for tensor in flatten(output)]
+    outputs = [tensor.detach() for tensor in flatten(output)]
+    if all(tensor.numel() == 0 for tensor in outputs):
+        raise ValueError(f"{what} ({describe(inputs)}) gives the model {type(model).__name__} only empty outputs, so "
+                         "the exported file could not be checked against it; give a sample with at least one row")
+    return outputs
 
 
 def compare(expected: "list[torch.Tensor]", got: "list[torch.Tensor]", rtol: float, atol: float,
@@ -95,7 +104,8 @@ def compare(expected: "list[torch.Tensor]", got: "list[torch.Tensor]", rtol: flo
         if not bool((same | (torch.isfinite(want) & (difference <= allowed))).all()):
             raise ExportVerificationError(
                 f"output {i}: {source} differs from the model by up to {error:.3g} "
-                f"(allowed: atol {atol:g} + rtol {rtol:g} * |expected|)")
+                f"(allowed: atol {atol:g} + rtol {rtol:g} * |expected|"
+                + ("; the rtol= and atol= arguments set it)" if rtol or atol else ")"))
         largest = max(largest, error)
     return largest
 
@@ -110,7 +120,9 @@ def replacing(path: str, sidecars: "tuple[str, ...]" = ()):
     untouched."""
     directory, name = os.path.split(os.path.abspath(path))
     try:
-        staging = tempfile.mkdtemp(prefix="." + name + ".", suffix=".partial", dir=directory)
+        # The name shortened in the directory's own name: mkdtemp adds about 18 characters, and a
+        # file name near the 255-byte limit must still be writable (the file inside keeps it whole).
+        staging = tempfile.mkdtemp(prefix="." + name[:200] + ".", suffix=".partial", dir=directory)
     except OSError as error:  # named by the file asked for, not by the temporary directory's name
         raise type(error)(error.errno, error.strerror, path) from error
     try:

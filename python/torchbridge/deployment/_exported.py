@@ -5,6 +5,8 @@
 on the sample input; the file is written beside its target and renamed over it only then, so a
 failed export leaves no file and an existing one untouched."""
 
+import os
+
 import torch
 
 from . import _common, _cxx_runtime
@@ -30,7 +32,7 @@ def export_to_exported_program(model, output_path=None, sample_input=None) -> Ex
     path = _common.check_output_path(output_path, "model.pt2")
     inputs = _common.check_sample_input(sample_input, "capture the program and check it against the model")
     with _common.eval_mode(model):
-        expected = _common.run_model(model, inputs)
+        expected = _expected_outputs(model, inputs)
         program = _capture(model, inputs)
         with _common.replacing(path) as partial:
             torch.export.save(program, partial)
@@ -46,7 +48,10 @@ def export_to_aoti(model, output_path=None, sample_input=None, *, rtol: float = 
     packages it, loads the package back with ``torch._inductor.aoti_load_package`` and checks its
     outputs against the model's within ``atol + rtol * |expected|``. The package holds machine
     code for that device type (and, for CUDA, the GPU's architecture) and the sample's shapes;
-    C++ runs it with ``torchbridge::CompiledModel``. Compiling takes seconds to minutes (a C++
+    C++ runs it with ``torchbridge::CompiledModel``. The package refuses other shapes only in a
+    process where ``AOTI_RUNTIME_CHECK_INPUTS=1`` is set when it loads (CompiledModel and this
+    function set it unless it is set): loaded elsewhere without it, another batch size runs
+    unchecked and returns wrong numbers. Compiling takes seconds to minutes (a C++
     compiler runs)."""
     _common.check_model(model)
     path = _common.check_output_path(output_path, "model.pt2")
@@ -66,7 +71,7 @@ def export_to_aoti(model, output_path=None, sample_input=None, *, rtol: float = 
         raise ValueError(f"the model and the sample input must be on one device for AOTInductor, found "
                          f"{sorted(map(str, placed))}")
     with _common.eval_mode(model):
-        expected = _common.run_model(model, inputs)
+        expected = _expected_outputs(model, inputs)
         program = _capture(model, inputs)
         with _common.replacing(path) as partial:
             try:
@@ -75,9 +80,21 @@ def export_to_aoti(model, output_path=None, sample_input=None, *, rtol: float = 
             except Exception as error:  # inductor's own errors (compiler missing, an op it lacks)
                 raise RuntimeError(f"AOTInductor could not compile {type(model).__name__}: "
                                    f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from error
+            # The generated code checks its inputs' shapes, dtypes and devices only where this is set
+            # when a package loads (torchbridge::CompiledModel sets it too); without it a package
+            # runs another batch size unchecked, reading past its buffers.
+            os.environ.setdefault("AOTI_RUNTIME_CHECK_INPUTS", "1")
             loaded = torch._inductor.aoti_load_package(partial)
             error = _common.compare(expected, _run(loaded, inputs), rtol, atol, "the AOTInductor package")
     return ExportResult(path=path, format="aoti", max_abs_error=error, tolerance=(rtol, atol))
+
+
+def _expected_outputs(model, inputs) -> "list[torch.Tensor]":
+    """The model's outputs with the kernels torch.export captures: with grad enabled, whatever the
+    caller's mode (under no_grad, TransformerEncoderLayer's fused fast path differs from the
+    captured program in the last bits, 5e-7 here)."""
+    with torch.enable_grad():
+        return _common.run_model(model, inputs)
 
 
 def _capture(model, inputs) -> "torch.export.ExportedProgram":
