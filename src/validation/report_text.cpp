@@ -15,6 +15,9 @@ std::string error_summary(const std::string& text) {
   std::string last;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
+    // An error raised in a Python callback (a Python model's run) reaches C++ with pybind's Python
+    // stack after it, under a line "At:"; the error is the line before that stack.
+    if (line == "At:") break;
     if (line.find_first_not_of(" \t") != std::string::npos) last = line;
   }
   return last;

@@ -581,15 +581,16 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP  # bound before redirection starts in a child
 
 
 def train(rank, world, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    dist.init_process_group("nccl", rank=rank, world_size=world)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=rank)
     torch.cuda.set_device(rank)
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1).cuda(rank)
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    ddp = DDP(model, device_ids=[rank])
     x = torch.arange(32.0).reshape(8, 4).cuda(rank) / 10
     ddp(x[rank * 4:(rank + 1) * 4]).pow(2).mean().backward()
     if rank == 0:
@@ -639,8 +640,11 @@ def _free_port():
 
 
 def test_the_usual_ddp_program_trains_on_gloo_when_the_target_is_the_cpu(tmp_path):
-    # mp.spawn + init_process_group("nccl") + set_device(rank) + DDP(device_ids=[rank]): the ranks'
-    # averaged gradient equals the gradient of one process on the whole batch.
+    # mp.spawn + init_process_group("nccl", device_id=rank) + set_device(rank) + DDP(device_ids=[rank]),
+    # DDP imported by name as PyTorch's tutorial does: the ranks' averaged gradient equals the gradient
+    # of one process on the whole batch. (The name is bound when the spawned child imports the program,
+    # before redirection starts there: a replaced torch.nn.parallel attribute never reached it; nor did
+    # an int device_id, torch's "no accelerator support" on a CPU build.)
     result = _run_redirected(DDP_SPAWN_PROGRAM, "cpu", tmp_path, _free_port())
     assert result.returncode == 0, result.stderr[-3000:]
     torch.manual_seed(0)

@@ -183,6 +183,15 @@ class HoldsALock(torch.nn.Module):
         return self.linear(x)
 
 
+def test_a_frozen_torchscript_model_states_why_it_does_not_run_in_float64():
+    # A frozen graph keeps float32 constants, so the float64 reference falls back to float32. The
+    # reason shown was a line of pybind's Python stack ("validation.py(190): run"), not the error.
+    frozen = torch.jit.freeze(torch.jit.script(torch.nn.Sequential(torch.nn.Linear(8, 4)).eval()))
+    result = VALIDATOR.validate_model(frozen, input_shape=(2, 8))
+    assert "mat1 and mat2 must have the same dtype" in result.reference, result.reference
+    assert ".py(" not in result.reference, result.reference
+
+
 def test_a_model_that_cannot_be_copied_is_named_as_such():
     # It runs; the copy each backend validates could not be made ("does not run on the CPU" alone misled).
     with pytest.raises(Exception, match="the model cannot be deep-copied, which validation needs.*_thread.lock"):

@@ -61,8 +61,10 @@ def _with_backend_redirected(original, redirector, device_type):
         if replacement is not backend:
             bound.arguments["backend"] = replacement
             device_id = bound.arguments.get("device_id")
-            if isinstance(device_id, torch.device) and device_id.type == "cpu":
-                # device_id binds a process to its GPU for NCCL's eager set-up; the CPU has none to bind.
+            # device_id binds a process to its GPU for NCCL's eager set-up (a torch.device, or an int:
+            # the index of the accelerator); the CPU has none to bind.
+            if (isinstance(device_id, torch.device) and device_id.type == "cpu") or (
+                    isinstance(device_id, int) and not isinstance(device_id, bool)):
                 del bound.arguments["device_id"]
         return original(*bound.args, **bound.kwargs)
 
@@ -79,36 +81,38 @@ def install(patcher, redirector, device_type):
         if hasattr(dist, name):
             patcher.replace(dist, name, _with_backend_redirected(getattr(dist, name), redirector, device_type))
     if device_type == "cpu":
-        patcher.replace(torch.nn.parallel, "DistributedDataParallel",
-                        _ddp_without_device_ids(torch.nn.parallel.DistributedDataParallel))
+        _patch_ddp_for_the_cpu(patcher, torch.nn.parallel.DistributedDataParallel)
 
 
-def _ddp_without_device_ids(original):
+def _patch_ddp_for_the_cpu(patcher, ddp):
     """DistributedDataParallel(model, device_ids=[rank]) names the GPU each process drives; with the
-    CPU as the target the model is on the CPU, for which torch refuses device_ids."""
+    CPU as the target the model is on the CPU, for which torch refuses device_ids. Patched on the
+    class itself, not by a subclass in torch.nn.parallel: a program that imported the name first
+    (``from torch.nn.parallel import DistributedDataParallel as DDP``, and every spawned child,
+    which imports the program before redirection turns on there) holds the class itself."""
+    original_init = ddp.__init__
 
-    class DistributedDataParallel(original):
-        def __init__(self, module, device_ids=None, output_device=None, *args, **kwargs):
-            if device_ids is not None or output_device is not None:
-                if all(p.device.type == "cpu" for p in module.parameters()):
-                    logger.info("DistributedDataParallel: device_ids=%r, output_device=%r dropped: the module "
-                                "is on the CPU, the target", device_ids, output_device)
-                    device_ids = output_device = None
-            super().__init__(module, device_ids, output_device, *args, **kwargs)
+    @functools.wraps(original_init)
+    def __init__(self, module, device_ids=None, output_device=None, *args, **kwargs):
+        if device_ids is not None or output_device is not None:
+            if all(p.device.type == "cpu" for p in module.parameters()):
+                logger.info("DistributedDataParallel: device_ids=%r, output_device=%r dropped: the module "
+                            "is on the CPU, the target", device_ids, output_device)
+                device_ids = output_device = None
+        original_init(self, module, device_ids, output_device, *args, **kwargs)
 
-        def __del__(self):
-            # torch's Reducer binding destroys it with the GIL held (pytorch#56297). Where the reducer holds
-            # the last reference to a Gloo group (after destroy_process_group), ~ProcessGroupGloo joins
-            # Gloo's workers under the GIL while a worker dropping a finished all-reduce waits for the GIL:
-            # that work's thread-local state holds the Python context backward() stashes. Gloo on the CPU
-            # target is redirection's choice, so its exit must not hang: the reducer (and the logger, which
-            # shares it) go first while `group` keeps the group alive; the group's own binding then
-            # destroys it with the GIL released.
-            group = self.__dict__.get("process_group")
-            self.__dict__.pop("logger", None)
-            self.__dict__.pop("reducer", None)
-            del group
+    def __del__(self):
+        # torch's Reducer binding destroys it with the GIL held (pytorch#56297). Where the reducer holds
+        # the last reference to a Gloo group (after destroy_process_group), ~ProcessGroupGloo joins
+        # Gloo's workers under the GIL while a worker dropping a finished all-reduce waits for the GIL:
+        # that work's thread-local state holds the Python context backward() stashes. Gloo on the CPU
+        # target is redirection's choice, so its exit must not hang: the reducer (and the logger, which
+        # shares it) go first while `group` keeps the group alive; the group's own binding then
+        # destroys it with the GIL released.
+        group = self.__dict__.get("process_group")
+        self.__dict__.pop("logger", None)
+        self.__dict__.pop("reducer", None)
+        del group
 
-    DistributedDataParallel.__module__ = original.__module__
-    DistributedDataParallel.__doc__ = original.__doc__
-    return DistributedDataParallel
+    patcher.replace(ddp, "__init__", __init__)
+    patcher.replace(ddp, "__del__", __del__)
