@@ -264,7 +264,11 @@ class UnifiedManager:
         self._report = OptimizationReport(self.backend.name, str(self.device), self.config.optimization_level,
                                           self.config.training, self.precision, tuple(outcomes))
         if failure:
-            raise OptimizationValidationError(failure)
+            # The steps ran in place: say so, since the caller's model object is the refused one.
+            applied = ", ".join(o.name for o in outcomes if o.outcome == "applied" and o.name != "validate")
+            raise OptimizationValidationError(
+                f"{failure}. The model was optimized in place ({applied}) and is now the refused model; keep a "
+                "copy (copy.deepcopy) before optimize to fall back to the original")
         return model if optimizer is None else (model, optimizer)
 
     def _autocast_dtype(self):

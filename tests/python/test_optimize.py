@@ -512,8 +512,11 @@ def test_validate_refuses_an_optimization_that_changes_the_answer():
         model[0].weight.mul_(1e4)
     manager = UnifiedManager(cpu_config(training=False, precision="fp16", optimization_level="O2", compile=False,
                                         validation=True))
-    with pytest.raises(OptimizationValidationError, match="beyond the fp16 bound"):
+    with pytest.raises(OptimizationValidationError, match="beyond the fp16 bound") as refused:
         manager.optimize(model, example_inputs=(torch.randn(2, 8) * 100,))
+    # In place: the caller's model is the refused one, and the error says so.
+    assert "The model was optimized in place (place" in str(refused.value), str(refused.value)
+    assert "keep a copy (copy.deepcopy)" in str(refused.value)
     step = next(s for s in manager.report().steps if s.name == "validate")
     assert "outside the fp16 bound" in step.detail
 
