@@ -1,5 +1,7 @@
 #include "core/strict_json.h"
 
+#include <algorithm>
+#include <memory>
 #include <set>
 #include <utility>
 #include <vector>
