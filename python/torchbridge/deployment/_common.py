@@ -37,6 +37,14 @@ def check_output_path(output_path, example: str) -> str:
         raise ValueError(f"output_path '{path}': directory '{directory}' does not exist")
     if not os.access(directory, os.W_OK):
         raise ValueError(f"output_path '{path}': directory '{directory}' is not writable")
+    name_bytes = len(os.fsencode(os.path.basename(path)))
+    try:
+        longest = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):  # a file system that does not say: the common limit
+        longest = 255
+    if name_bytes > longest:
+        raise ValueError(f"output_path '{path}': the file name is {name_bytes} bytes, longer than the {longest} "
+                         f"this file system allows")
     return path
 
 
