@@ -18,6 +18,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/DeviceType.h>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/optim/optimizer.h>
@@ -194,7 +195,9 @@ void check_every_rank_agrees(distributed::ProcessGroup& group, const TrainOption
       {"--schedule (0 gpipe, 1 1f1b)", static_cast<int64_t>(options.schedule)},
       // By device type: a rank on emu beside one on the CPU would train, each reducing its
       // gradients its own way, to different numbers.
-      {"--device", static_cast<int64_t>(create_backend(options.device)->device_type())},
+      // device_type_of loads and creates nothing: a rank whose device is unavailable fails after
+      // the gather, not before it while the others wait.
+      {"--device", static_cast<int64_t>(BackendRegistry::instance().device_type_of(options.device))},
   };
   std::vector<int64_t> values;
   for (const auto& field : fields) values.push_back(field.second);
@@ -209,9 +212,11 @@ void check_every_rank_agrees(distributed::ProcessGroup& group, const TrainOption
         if (f == 0) return models[static_cast<size_t>(value)].name;
         if (f == 4) return to_string(static_cast<Parallelism>(value));
         if (fields[f].first == "--device") {
-          // A rank that has not loaded the SDK device knows PrivateUse1 only by torch's name for it.
-          const std::string type = c10::DeviceTypeName(static_cast<c10::DeviceType>(value), /*lower_case=*/true);
-          return type == "privateuseone" ? std::string("an SDK device") : type;
+          // Every rank words it alike: one that has not loaded the SDK device knows PrivateUse1 only
+          // by torch's name for it.
+          const auto type = static_cast<c10::DeviceType>(value);
+          return type == c10::DeviceType::PrivateUse1 ? std::string("an SDK device")
+                                                      : c10::DeviceTypeName(type, /*lower_case=*/true);
         }
         return std::to_string(value);
       };

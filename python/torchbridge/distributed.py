@@ -32,6 +32,7 @@ both join torchrun's store, under their own key prefixes).
 """
 
 import contextlib
+import numbers
 
 import torch
 
@@ -52,10 +53,11 @@ def init(timeout: float = 60.0, device: str = "cpu") -> ProcessGroup:
     the rendezvous and every collective; a lost rank makes the others raise naming it.
     ``device`` picks the collective backend: Gloo for the CPU and SDK devices; NCCL for cuda (with
     Gloo beside it for CPU tensors), where torch's own DDP is the tool for ``nn.Module``s."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be a number of seconds (int or float), got {type(timeout).__name__} {timeout!r}")
-    if not isinstance(device, str):
-        raise TypeError(f"device must be a backend name such as 'cpu', 'emu' or 'cuda', got {type(device).__name__}")
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__} {timeout!r}")
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a backend name such as 'cpu', 'emu' or 'cuda' (or a torch.device), got "
+                        f"{type(device).__name__}")
     if not 0 < timeout < _LONGEST_TIMEOUT_S:
         raise ValueError(f"timeout must be a positive, finite number of seconds (below {_LONGEST_TIMEOUT_S:.0f}), "
                          f"got {timeout!r}")
@@ -66,7 +68,9 @@ def _refuse_sparse_gradients(module):
     """c10d's reducer buckets dense gradients only: a sparse embedding's gradient would fail inside
     backward with "Cannot access storage of SparseTensorImpl", naming nothing."""
     for name, submodule in module.named_modules():
-        if isinstance(submodule, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and submodule.sparse:
+        # A frozen one makes no gradient, and the reducer never sees it.
+        if isinstance(submodule, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and submodule.sparse \
+                and submodule.weight.requires_grad:
             raise ValueError(f"DataParallel: module {name or '(the model)'!r} makes sparse gradients (sparse=True), "
                              "which DataParallel does not reduce; construct it with sparse=False")
 
@@ -99,7 +103,7 @@ class DataParallel(torch.nn.Module):
             raise TypeError("DataParallel needs the group torchbridge.distributed.init() returns, got "
                             f"{type(group).__name__}")
         for name, size in (("bucket_cap_mb", bucket_cap_mb), ("first_bucket_mb", first_bucket_mb)):
-            if isinstance(size, bool) or not isinstance(size, (int, float)):
+            if isinstance(size, bool) or not isinstance(size, numbers.Real):
                 raise TypeError(f"{name} must be a number of MiB, got {type(size).__name__} {size!r}")
             if not 0 < size * 2**20 < 2**63:  # NaN fails too
                 raise ValueError(f"{name} must be positive and below 2**43 MiB, got {size!r}")

@@ -234,6 +234,8 @@ def _copy(model):
     # non-leaves whose .grad never fills in; detaching in place makes them leaves again.
     try:
         duplicate = copy.deepcopy(model)
+    except (MemoryError, torch.OutOfMemoryError):
+        raise  # a copy too large for the memory: said as it is
     except Exception as error:  # an attribute that cannot be copied (a lock, a file): not the model's run
         raise TypeError(f"the model cannot be deep-copied, which validation needs (each backend runs a copy; "
                         f"the model itself is never modified): {error}") from error

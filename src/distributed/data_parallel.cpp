@@ -65,7 +65,9 @@ class UnscaledAllReduceHook : public c10d::CppCommHookInterface<c10::intrusive_p
 void refuse_sparse_gradients(torch::nn::Module& module, const std::string& name = "(the model)") {
   const auto* embedding = module.as<torch::nn::Embedding>();
   const auto* bag = module.as<torch::nn::EmbeddingBag>();
-  const bool sparse = (embedding != nullptr && embedding->options.sparse()) || (bag != nullptr && bag->options.sparse());
+  // A frozen one makes no gradient, and the reducer never sees it.
+  const bool sparse = (embedding != nullptr && embedding->options.sparse() && embedding->weight.requires_grad()) ||
+                      (bag != nullptr && bag->options.sparse() && bag->weight.requires_grad());
   TORCH_CHECK_VALUE(!sparse, "DataParallel: module '", name, "' makes sparse gradients (sparse=true), which ",
                     "DataParallel does not reduce; construct it with sparse=false");
   // Not named_modules(): it hands out the top module as a shared_ptr, which one on the stack is not.

@@ -3,6 +3,7 @@
 #include <torchbridge/distributed/process_group.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceType.h>
 #include <c10/util/Exception.h>
 
 #include <cstdint>

@@ -275,6 +275,12 @@ def test_a_file_name_near_the_length_limit_is_written(tmp_path):
     name = "m" * 240 + ".pt"  # 243 bytes: the staging directory beside it must not need more than 255
     result = export_to_torchscript(torch.nn.Linear(4, 4), output_path=tmp_path / name, sample_input=torch.randn(2, 4))
     assert os.path.basename(result.path) == name and os.path.isfile(result.path)
+    wide = "\u00e9" * 120 + ".pt"  # 243 bytes in 123 characters
+    assert os.path.isfile(export_to_torchscript(torch.nn.Linear(4, 4), output_path=tmp_path / wide,
+                                                sample_input=torch.randn(2, 4)).path)
+    # ONNX writes NAME.data beside NAME: 252 + 5 bytes do not fit, refused before exporting.
+    with pytest.raises(ValueError, match="the file name with '.data' is 257 bytes, longer than the 255"):
+        export_to_onnx(torch.nn.Linear(4, 4), output_path=tmp_path / ("o" * 247 + ".onnx"), sample_input=torch.randn(2, 4))
 
 
 @pytest.mark.parametrize("kind", MODELS)

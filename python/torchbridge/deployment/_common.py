@@ -20,9 +20,10 @@ def is_scripted(model) -> bool:
     return isinstance(model, torch.jit.ScriptModule)
 
 
-def check_output_path(output_path, example: str) -> str:
-    """The path as a string, once its directory exists and is writable (so a long export does not
-    fail only at the end)."""
+def check_output_path(output_path, example: str, sidecar: str = "") -> str:
+    """The path as a string, once its directory exists and is writable and its name (with the
+    ``sidecar`` suffix a writer puts beside it, ONNX's ``.data``) fits the file system, so a long
+    export does not fail only at the end."""
     if output_path is None:
         raise ValueError(f"output_path is required: the file to write, e.g. {example!r}")
     if not isinstance(output_path, (str, os.PathLike)):
@@ -37,14 +38,14 @@ def check_output_path(output_path, example: str) -> str:
         raise ValueError(f"output_path '{path}': directory '{directory}' does not exist")
     if not os.access(directory, os.W_OK):
         raise ValueError(f"output_path '{path}': directory '{directory}' is not writable")
-    name_bytes = len(os.fsencode(os.path.basename(path)))
+    name_bytes = len(os.fsencode(os.path.basename(path) + sidecar))
     try:
         longest = os.pathconf(directory, "PC_NAME_MAX")
     except (OSError, ValueError):  # a file system that does not say: the common limit
         longest = 255
     if name_bytes > longest:
-        raise ValueError(f"output_path '{path}': the file name is {name_bytes} bytes, longer than the {longest} "
-                         f"this file system allows")
+        raise ValueError(f"output_path '{path}': the file name{f' with {sidecar!r}' if sidecar else ''} is "
+                         f"{name_bytes} bytes, longer than the {longest} this file system allows")
     return path
 
 
@@ -128,9 +129,9 @@ def replacing(path: str, sidecars: "tuple[str, ...]" = ()):
     untouched."""
     directory, name = os.path.split(os.path.abspath(path))
     try:
-        # The name shortened in the directory's own name: mkdtemp adds about 18 characters, and a
-        # file name near the 255-byte limit must still be writable (the file inside keeps it whole).
-        staging = tempfile.mkdtemp(prefix="." + name[:200] + ".", suffix=".partial", dir=directory)
+        # A short name of its own: a file name near the 255-byte limit must still be writable (the
+        # file inside keeps its name whole).
+        staging = tempfile.mkdtemp(prefix=".torchbridge-export.", suffix=".partial", dir=directory)
     except OSError as error:  # named by the file asked for, not by the temporary directory's name
         raise type(error)(error.errno, error.strerror, path) from error
     try:

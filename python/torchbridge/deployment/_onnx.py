@@ -43,7 +43,7 @@ def export_to_onnx(model, output_path=None, sample_input=None, opset_version: "i
     _common.check_model(model)
     scripted = _common.is_scripted(model)
     onnx, ort = _require_packages(scripted)
-    path = _common.check_output_path(output_path, "model.onnx")
+    path = _common.check_output_path(output_path, "model.onnx", sidecar=".data")
     inputs = _common.check_sample_input(sample_input, "trace the model and check the ONNX file in onnxruntime")
     _check_options(opset_version, input_names, output_names, dynamic_axes, rtol, atol)
     dynamic_batch = _check_dynamic_batch(dynamic_batch, dynamic_axes, inputs)

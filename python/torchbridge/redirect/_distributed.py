@@ -100,19 +100,26 @@ def _patch_ddp_for_the_cpu(patcher, ddp):
                             "is on the CPU, the target", device_ids, output_device)
                 device_ids = output_device = None
         original_init(self, module, device_ids, output_device, *args, **kwargs)
-
-    def __del__(self):
-        # torch's Reducer binding destroys it with the GIL held (pytorch#56297). Where the reducer holds
-        # the last reference to a Gloo group (after destroy_process_group), ~ProcessGroupGloo joins
-        # Gloo's workers under the GIL while a worker dropping a finished all-reduce waits for the GIL:
-        # that work's thread-local state holds the Python context backward() stashes. Gloo on the CPU
-        # target is redirection's choice, so its exit must not hang: the reducer (and the logger, which
-        # shares it) go first while `group` keeps the group alive; the group's own binding then
-        # destroys it with the GIL released.
-        group = self.__dict__.get("process_group")
-        self.__dict__.pop("logger", None)
-        self.__dict__.pop("reducer", None)
-        del group
+        self._torchbridge_lets_go_of_its_group = True  # read by _let_go_of_the_group at destruction
 
     patcher.replace(ddp, "__init__", __init__)
-    patcher.replace(ddp, "__del__", __del__)
+    # Not undone with redirection: a model made while it was on may outlive it, and its exit must
+    # not hang then either. It acts on those models only.
+    if "__del__" not in ddp.__dict__:
+        ddp.__del__ = _let_go_of_the_group
+
+
+def _let_go_of_the_group(self):
+    """torch's Reducer binding destroys it with the GIL held (pytorch#56297). Where the reducer holds
+    the last reference to a Gloo group (after destroy_process_group), ~ProcessGroupGloo joins Gloo's
+    workers under the GIL while a worker dropping a finished all-reduce waits for the GIL: that
+    work's thread-local state holds the Python context backward() stashes. Gloo on the CPU target is
+    redirection's choice, so its exit must not hang: the reducer (and the logger, which shares it)
+    go first while `group` keeps the group alive; the group's own binding then destroys it with the
+    GIL released."""
+    if not self.__dict__.get("_torchbridge_lets_go_of_its_group"):
+        return
+    group = self.__dict__.get("process_group")
+    self.__dict__.pop("logger", None)
+    self.__dict__.pop("reducer", None)
+    del group
