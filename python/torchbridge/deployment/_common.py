@@ -70,12 +70,13 @@ def describe(inputs: "tuple[torch.Tensor, ...]") -> str:
 def run_model(model: torch.nn.Module, inputs: "tuple[torch.Tensor, ...]",
               what: str = "sample_input") -> "list[torch.Tensor]":
     """The model's outputs on ``inputs``, flattened and detached; a failure means the input does
-    not fit (``what`` names the input in the message). It runs in the caller's grad mode, which
-    must be the kernels the exporter captures: under no_grad some modules take another kernel
-    (TransformerEncoderLayer's fast path in eval mode) whose last bits differ. torch.export never
-    captures that path, so its exporters call this under enable_grad; the TorchScript exporter
-    traces and runs under no_grad. Outputs that are all empty are refused: nothing could be
-    compared, and the file would be reported verified."""
+    not fit (``what`` names the input in the message). It runs in the caller's grad mode: under
+    no_grad some modules take another kernel (TransformerEncoderLayer's fast path in eval mode)
+    whose last bits differ from what an exporter captured. torch.export never captures that path,
+    so its exporters run the model again under enable_grad where a no_grad comparison differs
+    (_exported._compare_with_model); the TorchScript exporter traces and runs under no_grad.
+    Outputs that are all empty are refused: nothing could be compared, and the file would be
+    reported verified."""
     try:
         output = model(*inputs)
     except Exception as error:  # any failure of the model's own forward on this input
