@@ -164,9 +164,9 @@ std::vector<std::string> runtime_variable_suffixes() {
 // A TORCHBRIDGE_ variable a letter or two away from one TorchBridge reads, and not that one, is a
 // typo whose setting nothing sees. Names far from every one are left alone: the build and test
 // scripts and device libraries (TORCHBRIDGE_EMU_*) read variables of their own.
-std::optional<Check> misspelled_variable_check(std::string_view name) {
+// `known`: runtime_variable_suffixes().
+std::optional<Check> misspelled_variable_check(std::string_view name, const std::vector<std::string>& known) {
   const std::string suffix(name.substr(kPrefix.size()));
-  const std::vector<std::string> known = runtime_variable_suffixes();
   if (std::find(known.begin(), known.end(), suffix) != known.end()) return std::nullopt;
   const std::string closest = closest_name(suffix, known);
   if (closest.empty()) return std::nullopt;
@@ -182,13 +182,14 @@ std::vector<Check> environment_checks(nlohmann::json& overrides) {
   for (const char* name : kEnvironmentOverrides) {
     if (const char* value = std::getenv(name)) overrides[name] = value;
   }
+  const std::vector<std::string> known = runtime_variable_suffixes();
   for (char** variable = environ; *variable != nullptr; ++variable) {
     const std::string_view entry(*variable);
     const size_t equals = entry.find('=');
     if (entry.starts_with(kPrefix) && equals != std::string_view::npos) {
       const std::string_view name = entry.substr(0, equals);
       overrides[std::string(name)] = std::string(entry.substr(equals + 1));
-      if (auto typo = misspelled_variable_check(name)) checks.push_back(std::move(*typo));
+      if (auto typo = misspelled_variable_check(name, known)) checks.push_back(std::move(*typo));
     }
   }
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
