@@ -699,6 +699,45 @@ def test_a_ddp_program_ends_while_a_gloo_work_from_backward_still_runs(tmp_path)
     assert "0 finished" in result.stdout and "1 finished" in result.stdout
 
 
+DDP_GROUP_ENDS_WHEN_DESTROYED_PROGRAM = """
+import gc
+import glob
+import os
+import sys
+import torch
+import torch.distributed as dist
+
+
+def gloo_workers():
+    return sum(open(name).read().startswith("pt_gloo") for name in glob.glob("/proc/self/task/*/comm"))
+
+
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("nccl", rank=0, world_size=1)
+ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+ddp(torch.ones(2, 4)).sum().backward()
+import torch.distributed.nn.functional as collectives
+print("summed", collectives.all_reduce(torch.full((3,), 2.0)).tolist())
+print("workers while the group lives", gloo_workers())
+dist.destroy_process_group()
+del ddp
+gc.collect()
+print("workers after it is destroyed", gloo_workers())
+"""
+
+
+def test_the_default_group_ends_when_a_ddp_program_destroys_it(tmp_path):
+    # torch.distributed.nn.functional's collectives capture the default group as a default argument
+    # when imported, which DDP does after init_process_group: its Gloo workers then lived to the
+    # interpreter's end (2 left here), where one still dropping a collective's tensors aborted the
+    # process (rank 1 of the test below, in CI). On the CPU target redirection imports the module first.
+    result = _run_redirected(DDP_GROUP_ENDS_WHEN_DESTROYED_PROGRAM, "cpu", tmp_path, _free_port(), timeout=90)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "summed [2.0, 2.0, 2.0]" in result.stdout  # the default argument still means the default group
+    assert int(result.stdout.split("workers while the group lives", 1)[1].split()[0]) > 0
+    assert int(result.stdout.split("workers after it is destroyed", 1)[1].split()[0]) == 0
+
+
 FSDP2_PROGRAM = """
 import os
 import torch

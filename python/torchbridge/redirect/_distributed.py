@@ -81,7 +81,21 @@ def install(patcher, redirector, device_type):
         if hasattr(dist, name):
             patcher.replace(dist, name, _with_backend_redirected(getattr(dist, name), redirector, device_type))
     if device_type == "cpu":
+        _keep_the_default_group_out_of_torchs_defaults()
         _patch_ddp_for_the_cpu(patcher, torch.nn.parallel.DistributedDataParallel)
+
+
+def _keep_the_default_group_out_of_torchs_defaults():
+    """torch.distributed.nn.functional's collectives take ``group=group.WORLD`` as a default argument,
+    evaluated when the module is imported. DistributedDataParallel imports it (through
+    torch.distributed._shard) after the program's init_process_group, so the defaults then hold the
+    default group for the life of the interpreter: destroy_process_group() and the last DDP's end no
+    longer end its Gloo workers. Alive at exit, a worker still dropping a finished collective's
+    tensors needs the GIL during finalization and aborts the process (the torch race the README
+    describes). Imported now, before any group exists, the defaults are None, which torch reads as
+    the default group at each call: the same behaviour, and the group ends when the program lets
+    go of it."""
+    import torch.distributed.nn.functional  # noqa: F401  (imported for its side effect, above)
 
 
 def _patch_ddp_for_the_cpu(patcher, ddp):
