@@ -16,8 +16,9 @@ torchbridge.devices.load("emu")  # before the first backward pass of the process
 group = tbd.init(timeout=60)
 dist.init_process_group("gloo")  # only for torch's DDP, the reference
 # The script's own checks gather through a group of their own, destroyed before the interpreter
-# exits. torch's default group cannot be: its DDP wrappers keep it, and Gloo's worker threads, alive
-# to the end, even after destroy_process_group(). A worker lets go of a finished collective's tensors
+# exits. torch's default group cannot be: torch.distributed.nn.functional, which torch's DDP imports
+# after this init, holds it in its collectives' default arguments, so it and Gloo's worker threads
+# stay alive to the end, even after destroy_process_group(). A worker lets go of a finished collective's tensors
 # only after the caller's wait returns; tensors whose Python objects died meanwhile, at interpreter
 # exit, need the GIL then, and the worker aborts the process ("terminate called without an active
 # exception", ProcessGroupGloo::runLoop -> TensorImpl::decref_pyobject -> pthread_exit). A
