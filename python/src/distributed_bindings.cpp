@@ -38,7 +38,9 @@ void bind_distributed(py::module_& m) {
       .def_property_readonly("rank", &ProcessGroup::rank)
       .def_property_readonly("world_size", &ProcessGroup::world_size)
       .def_property_readonly("local_rank", [](const ProcessGroup& group) { return group.environment().local_rank; })
-      .def("barrier", &ProcessGroup::barrier, py::call_guard<py::gil_scoped_release>());
+      .def("barrier", &ProcessGroup::barrier, py::call_guard<py::gil_scoped_release>())
+      .def("refuse_together", &ProcessGroup::refuse_together, py::arg("who"), py::arg("refusal"),
+           py::call_guard<py::gil_scoped_release>());
 
   py::class_<DataParallel>(m, "_DataParallel")
       .def(py::init([](const std::vector<std::string>& names, const std::vector<uintptr_t>& parameters,

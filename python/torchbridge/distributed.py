@@ -64,15 +64,17 @@ def init(timeout: float = 60.0, device: str = "cpu") -> ProcessGroup:
     return ProcessGroup.init(int(timeout * 1000), str(device))
 
 
-def _refuse_sparse_gradients(module):
-    """c10d's reducer buckets dense gradients only: a sparse embedding's gradient would fail inside
+def _sparse_gradient_refusal(module) -> str:
+    """Why DataParallel refuses ``module``'s sparse embeddings, "" when it has none that train:
+    c10d's reducer buckets dense gradients only, and a sparse embedding's gradient would fail inside
     backward with "Cannot access storage of SparseTensorImpl", naming nothing."""
     for name, submodule in module.named_modules():
         # A frozen one makes no gradient, and the reducer never sees it.
         if isinstance(submodule, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and submodule.sparse \
                 and submodule.weight.requires_grad:
-            raise ValueError(f"DataParallel: module {name or '(the model)'!r} makes sparse gradients (sparse=True), "
-                             "which DataParallel does not reduce; construct it with sparse=False")
+            return (f"DataParallel: module {name or '(the model)'!r} makes sparse gradients (sparse=True), "
+                    "which DataParallel does not reduce; construct it with sparse=False")
+    return ""
 
 
 class DataParallel(torch.nn.Module):
@@ -107,7 +109,8 @@ class DataParallel(torch.nn.Module):
                 raise TypeError(f"{name} must be a number of MiB, got {type(size).__name__} {size!r}")
             if not 0 < size * 2**20 < 2**63:  # NaN fails too
                 raise ValueError(f"{name} must be positive and below 2**43 MiB, got {size!r}")
-        _refuse_sparse_gradients(module)
+        # Refused on every rank when one rank's model has them: the others would otherwise wait for it.
+        group.refuse_together("DataParallel", _sparse_gradient_refusal(module))
         self.module = module
         # Every parameter: frozen ones are broadcast from rank 0 too (the C++ side reduces the trained ones).
         named = list(module.named_parameters())

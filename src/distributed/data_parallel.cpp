@@ -76,8 +76,10 @@ void refuse_sparse_gradients(torch::nn::Module& module, const std::string& name 
   }
 }
 
-ModelTensors tensors_of(torch::nn::Module& module) {
-  refuse_sparse_gradients(module);
+ModelTensors tensors_of(torch::nn::Module& module, ProcessGroup* group) {
+  if (group != nullptr) {
+    check_together(*group, "DataParallel", [&] { refuse_sparse_gradients(module); });
+  }
   ModelTensors tensors;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) tensors.parameters.emplace_back(item.key(), item.value());
   tensors.buffers = module.buffers(/*recurse=*/true);
@@ -88,39 +90,44 @@ ModelTensors tensors_of(torch::nn::Module& module) {
 
 DataParallel::DataParallel(torch::nn::Module& module, std::shared_ptr<ProcessGroup> group,
                            DataParallelOptions options)
-    : DataParallel(tensors_of(module), std::move(group), options) {}
+    // `group` copied, not moved: tensors_of reads it, and arguments are evaluated in no set order.
+    : DataParallel(tensors_of(module, group.get()), group, options) {}
 
 DataParallel::DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGroup> group,
                            DataParallelOptions options)
     : group_(std::move(group)) {
   TORCH_CHECK_VALUE(group_ != nullptr, "DataParallel needs a process group (torchbridge::distributed::init())");
-  TORCH_CHECK_VALUE(options.bucket_bytes > 0 && options.first_bucket_bytes > 0,
-                    "DataParallel bucket sizes must be positive, got bucket_bytes ", options.bucket_bytes,
-                    " and first_bucket_bytes ", options.first_bucket_bytes);
   std::unordered_map<size_t, std::string> names;
-  std::vector<std::pair<std::string, at::Tensor>> trained;
   // Every parameter, frozen ones too: each rank starts from rank 0's, as DistributedDataParallel
   // broadcasts them all. Only the trained ones go into the reducer.
   std::vector<std::pair<std::string, at::Tensor>> every;
-  for (const auto& [name, parameter] : model.parameters) {
-    every.emplace_back(name, parameter);
-    if (!parameter.requires_grad()) continue;
-    names.emplace(parameters_.size(), name);
-    parameters_.push_back(parameter);
-    trained.emplace_back(name, parameter);
-  }
-  TORCH_CHECK_VALUE(!parameters_.empty(), "DataParallel: the module has no parameter that requires a gradient");
-  const c10::Device device = parameters_.front().device();
-  for (const auto& [name, parameter] : trained) {
-    TORCH_CHECK_VALUE(parameter.device() == device, "DataParallel trains a model on one device: parameter '", name,
-                      "' is on ", parameter.device(), ", '", trained.front().first, "' on ", device);
-  }
-  // Gloo reduces CPU tensors, NCCL CUDA tensors; an SDK device's gradients travel through host memory.
-  check_collective_device(*group_, device, "DataParallel");
-  host_staging_ = device.is_privateuseone();
-  TORCH_CHECK_VALUE(!(host_staging_ && options.find_unused_parameters), "DataParallel: find_unused_parameters is ",
-                    "not supported on ", device, " (c10d's reducer exchanges its unused-parameter map as a ",
-                    "device tensor, which Gloo cannot take)");
+  // What this rank refuses alone (its model, its device) every rank refuses: the others would
+  // otherwise wait for it in the parameter agreement until the timeout.
+  check_together(*group_, "DataParallel", [&] {
+    TORCH_CHECK_VALUE(options.bucket_bytes > 0 && options.first_bucket_bytes > 0,
+                      "DataParallel bucket sizes must be positive, got bucket_bytes ", options.bucket_bytes,
+                      " and first_bucket_bytes ", options.first_bucket_bytes);
+    std::vector<std::pair<std::string, at::Tensor>> trained;
+    for (const auto& [name, parameter] : model.parameters) {
+      every.emplace_back(name, parameter);
+      if (!parameter.requires_grad()) continue;
+      names.emplace(parameters_.size(), name);
+      parameters_.push_back(parameter);
+      trained.emplace_back(name, parameter);
+    }
+    TORCH_CHECK_VALUE(!parameters_.empty(), "DataParallel: the module has no parameter that requires a gradient");
+    const c10::Device device = parameters_.front().device();
+    for (const auto& [name, parameter] : trained) {
+      TORCH_CHECK_VALUE(parameter.device() == device, "DataParallel trains a model on one device: parameter '", name,
+                        "' is on ", parameter.device(), ", '", trained.front().first, "' on ", device);
+    }
+    // Gloo reduces CPU tensors, NCCL CUDA tensors; an SDK device's gradients travel through host memory.
+    check_collective_device(*group_, device, "DataParallel");
+    host_staging_ = device.is_privateuseone();
+    TORCH_CHECK_VALUE(!(host_staging_ && options.find_unused_parameters), "DataParallel: find_unused_parameters is ",
+                      "not supported on ", device, " (c10d's reducer exchanges its unused-parameter map as a ",
+                      "device tensor, which Gloo cannot take)");
+  });
   const auto& native = group_->native();
 
   check_same_parameters_on_every_rank(*group_, every, "DataParallel");

@@ -7,6 +7,8 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -35,10 +37,38 @@ std::string describe(const at::Tensor& row) {
 
 }  // namespace
 
+void check_together(ProcessGroup& group, const std::string& who, const std::function<void()>& local_checks) {
+  std::exception_ptr own;
+  std::string refusal;
+  try {
+    local_checks();
+  } catch (const c10::Error& e) {
+    own = std::current_exception();
+    refusal = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    own = std::current_exception();
+    refusal = e.what();
+  }
+  // A refusal with no text would read as none.
+  if (own && refusal.empty()) refusal = who + ": an error without a message";
+  try {
+    group.refuse_together(who, refusal);
+  } catch (const c10::ValueError&) {
+    if (own) std::rethrow_exception(own);
+    throw;
+  }
+}
+
 void check_same_parameters_on_every_rank(ProcessGroup& group,
                                          const std::vector<std::pair<std::string, at::Tensor>>& parameters,
                                          const std::string& who) {
   const auto count = static_cast<int64_t>(parameters.size());
+  check_together(group, who, [&] {
+    for (const auto& [name, p] : parameters) {
+      TORCH_CHECK_VALUE(p.dim() <= kMaxDims, who, ": parameter '", name, "' has ", p.dim(), " dimensions; at most ",
+                        kMaxDims, " are supported");
+    }
+  });
   const auto counts = group.all_gather(at::full({1}, count, at::kLong));
   std::vector<int64_t> differing;
   std::string first_difference;
@@ -55,8 +85,6 @@ void check_same_parameters_on_every_rank(ProcessGroup& group,
     at::Tensor metadata = at::zeros({count, kRow}, at::kLong);
     for (int64_t i = 0; i < count; ++i) {
       const at::Tensor& p = parameters[static_cast<size_t>(i)].second;
-      TORCH_CHECK_VALUE(p.dim() <= kMaxDims, who, ": parameter '", parameters[static_cast<size_t>(i)].first, "' has ",
-                        p.dim(), " dimensions; at most ", kMaxDims, " are supported");
       metadata[i][0] = p.dim();
       metadata[i][1] = static_cast<int64_t>(p.scalar_type());
       metadata[i][2] = p.requires_grad() ? 1 : 0;

@@ -3,6 +3,7 @@
 // are trained, device type): a different model on one rank would otherwise fail later, somewhere
 // inside a collective, or silently average unrelated tensors. Internal to the distributed layer.
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,10 @@ class Tensor;
 namespace torchbridge::distributed {
 
 class ProcessGroup;
+
+// Runs `local_checks`, which throw for what this rank refuses, then ProcessGroup::refuse_together:
+// when any rank refused, every rank raises, this one its own exception as it was thrown.
+void check_together(ProcessGroup& group, const std::string& who, const std::function<void()>& local_checks);
 
 // Gathers every rank's parameter count, shapes, dtypes, requires_grad flags and device types (as CPU tensors, whatever the
 // parameters' device) and raises the same c10::ValueError on every rank when any rank differs

@@ -9,12 +9,15 @@
 #include <torchbridge/registry.h>
 
 #include <ATen/ATen.h>
+#include <c10/util/ArrayRef.h>
 #include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -146,6 +149,34 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
 
 void ProcessGroup::barrier() {
   run(*this, "barrier", [&] { wait(native_->barrier()); });
+}
+
+void ProcessGroup::refuse_together(const std::string& who, const std::string& refusal) {
+  if (world_size() == 1) {
+    TORCH_CHECK_VALUE(refusal.empty(), refusal);
+    return;
+  }
+  const auto lengths = all_gather(at::full({1}, static_cast<int64_t>(refusal.size()), at::kLong));
+  std::vector<int64_t> refusing;
+  int64_t longest = 0;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    const int64_t length = lengths[r].item<int64_t>();
+    if (length > 0) refusing.push_back(static_cast<int64_t>(r));
+    longest = std::max(longest, length);
+  }
+  if (refusing.empty()) return;
+  // Every rank takes part in the second gather, the refusing ones too: the others need the text.
+  at::Tensor text = at::zeros({longest}, at::kByte);
+  std::copy(refusal.begin(), refusal.end(), text.data_ptr<uint8_t>());
+  const auto texts = all_gather(text);
+  TORCH_CHECK_VALUE(refusal.empty(), refusal);
+  const auto first = static_cast<size_t>(refusing.front());
+  const std::string quoted(reinterpret_cast<const char*>(texts[first].const_data_ptr<uint8_t>()),
+                           static_cast<size_t>(lengths[first].item<int64_t>()));
+  const std::string refusers =
+      refusing.size() == 1 ? "rank " + std::to_string(first) : "ranks " + c10::str(c10::IntArrayRef(refusing));
+  TORCH_CHECK_VALUE(false, who, ", rank ", rank(), " of ", world_size(), ": ", refusers,
+                    " refused, so this rank stops too. Rank ", first, " said: ", quoted);
 }
 
 c10::Device rank_device(const ProcessGroup& group, const Backend& backend) {

@@ -121,6 +121,10 @@ TEST(ProcessGroup, AWorldOfOneRunsEveryCollectiveWithoutTorchrun) {
   ASSERT_EQ(gathered.size(), 1u);
   EXPECT_TRUE(at::equal(gathered[0], original));
   group->barrier();
+  group->refuse_together("a check", "");  // nothing refused: nothing raised
+  EXPECT_EQ(error_of([&] { group->refuse_together("a check", "this rank refuses: reason"); }),
+            "this rank refuses: reason");
+  EXPECT_THROW(group->refuse_together("a check", "reason"), c10::ValueError);
   // Bad arguments are refused before any communication.
   EXPECT_NE(error_of([&] { group->broadcast(x, 1); }).find("broadcast root 1 is not a rank"), std::string::npos);
   at::Tensor undefined;

@@ -465,6 +465,25 @@ double sdk_device_against_one_cpu_process(const std::shared_ptr<torchbridge::dis
 
 }  // namespace
 
+// A model only rank 1 refuses on its own (a sparse embedding there) is refused on every rank: rank 0
+// was left in the parameter agreement's gather, to fail on a lost peer without saying why.
+void refuse_what_one_rank_refuses(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group) {
+  torch::nn::Sequential model(torch::nn::Linear(8, 4));
+  if (group->rank() == 1) model->push_back(torch::nn::Embedding(torch::nn::EmbeddingOptions(4, 2).sparse(true)));
+  try {
+    torchbridge::distributed::DataParallel parallel(*model, group);
+  } catch (const c10::ValueError& e) {
+    const std::string message = e.msg();
+    const std::string expected = group->rank() == 1 ? "DataParallel: module '1' makes sparse gradients"
+                                                    : "DataParallel, rank 0 of 2: rank 1 refused, so this rank stops "
+                                                      "too. Rank 1 said: DataParallel: module '1' makes sparse";
+    expect(message.find(expected) != std::string::npos, "the refusal (" + message.substr(0, 300) + ")");
+    std::printf("rank %d: a model one rank refuses refused: %s\n", group->rank(), message.substr(0, 200).c_str());
+    return;
+  }
+  throw std::runtime_error("DataParallel accepted a model rank 1 refuses");
+}
+
 // Ranks whose models differ (a hidden size that depends on the rank) must be refused when
 // DataParallel starts, on every rank, before any training.
 int refuse_mismatched_models(const std::shared_ptr<torchbridge::distributed::ProcessGroup>& group) {
@@ -476,6 +495,7 @@ int refuse_mismatched_models(const std::shared_ptr<torchbridge::distributed::Pro
     expect(message.find("the model differs across ranks (ranks [1] do not match rank 0's") != std::string::npos,
            "the mismatch error (" + message.substr(0, 300) + ")");
     std::printf("rank %d: mismatched models refused: %s\n", group->rank(), message.substr(0, 200).c_str());
+    refuse_what_one_rank_refuses(group);
     return 0;
   }
   throw std::runtime_error("DataParallel accepted models that differ across ranks");

@@ -77,6 +77,11 @@ class ProcessGroup {
   // Every rank's `tensor`, in rank order (each rank must pass the same shape and dtype).
   std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
   void barrier();
+  // For what one rank checks alone before the ranks' next collective (its model, its device):
+  // every rank calls it, passing its refusal ("" when it has none). When any rank refused, every
+  // rank raises a c10::ValueError, the refusing rank its own refusal and the others one naming
+  // that rank and quoting it, rather than waiting for it in the next collective until the timeout.
+  void refuse_together(const std::string& who, const std::string& refusal);
 
   // Raises the c10::Error every failed collective raises: "rank r of w: <operation> failed:
   // <which rank was lost, or that all are alive>. What this rank saw: <cause>" (a world of one:
