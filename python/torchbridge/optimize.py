@@ -27,6 +27,7 @@ from . import _C
 from ._forward_wrapping import wrap_forward
 from ._int8_linear import quantize_linear_weights
 from ._outputs import eval_mode, flatten
+from ._recomputed_buffers import BufferStates, ChangingBuffers
 from .fp8 import convert_to_fp8
 from ._hardware_steps import hardware_step as _hardware_step
 from .config import TorchBridgeConfig
@@ -362,8 +363,9 @@ def _checkpoint_blocks(model) -> "tuple[str, int] | None":
     checkpointed region while training with gradients. Blocks without parameters (activations,
     pooling, dropout) are left as they are: they hold no activations worth recomputing, and an
     in-place one (ReLU(inplace=True)) cannot be a region of its own, since it modifies its own input.
-    Batch normalization inside a region updates its running statistics once, as without
-    checkpointing. Returns (container name, checkpointed block count), or None when the model has
+    Buffers a block changes (normalizations' running statistics, a spectral norm's vectors) change
+    once per step, and are recomputed from where the forward pass started (_recomputed_buffers.py),
+    as without checkpointing. Returns (container name, checkpointed block count), or None when the model has
     no such container."""
     from . import memory
 
@@ -392,32 +394,23 @@ def _holds_parameters(module) -> bool:
 
 
 def _checkpointed_forward(forward, checkpoint):
+    changing = ChangingBuffers()  # learned by the block's first forward pass
+
     @functools.wraps(forward)
     def run(block, *args, **kwargs):
         if block.training and torch.is_grad_enabled():
-            return checkpoint(functools.partial(_keeping_running_stats, forward, block), *args, use_reentrant=False,
-                              **kwargs)
+            # The block's arguments go in as a tuple and a dict: as keywords, one named like an option of
+            # checkpoint's (early_stop, debug, determinism_check...) was taken as that option.
+            return checkpoint(_run_checkpointed_block, forward, block, BufferStates(block, changing), args, kwargs,
+                              use_reentrant=False)
         return forward(block, *args, **kwargs)
 
     return run
 
 
-def _keeping_running_stats(forward, block, *args, **kwargs):
-    """The block's forward; when recomputed, its batch normalizations' running statistics are put
-    back as the forward pass left them: running again in training mode, they would be updated a
-    second time (as torch's checkpoint does), and the model would no longer train as without
-    checkpointing."""
-    if not _C._recomputing():
-        return forward(block, *args, **kwargs)
-    # The recomputation updates copies, swapped in and out again: writing the kept values back into
-    # the buffers would bump their versions, which the recomputed graph saved for its backward.
-    kept = [(module, name, getattr(module, name)) for module in block.modules()
-            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.track_running_stats
-            for name in ("running_mean", "running_var", "num_batches_tracked") if getattr(module, name) is not None]
-    for module, name, buffer in kept:
-        setattr(module, name, buffer.clone())
-    try:
-        return forward(block, *args, **kwargs)
-    finally:
-        for module, name, buffer in kept:
-            setattr(module, name, buffer)
+def _run_checkpointed_block(forward, block, buffers, args, kwargs):
+    """The block's forward, for its forward pass or its recomputation: the recomputation starts from
+    the buffers the forward pass started from and leaves them as the forward pass did
+    (_recomputed_buffers.py)."""
+    call = functools.partial(forward, block, *args, **kwargs)
+    return buffers.recompute(call) if _C._recomputing() else buffers.forward(call)
