@@ -13,8 +13,8 @@
 
 namespace torchbridge {
 
-// An uninitialised CPU tensor with `like`'s sizes and dtype (and its strides where `like` is dense,
-// as empty_like keeps them), in host memory pinned by `device_type`'s pinned allocator. Raises
+// An uninitialised CPU tensor with `like`'s sizes and dtype, laid out as empty_like lays it out
+// (`like`'s strides where it is dense, else dense ones in its order of dimensions), in host memory pinned by `device_type`'s pinned allocator. Raises
 // naming the device type when torch has no pinned allocator for it.
 at::Tensor pinned_host_like(const at::Tensor& like, c10::DeviceType device_type);
 

@@ -28,14 +28,17 @@ def _is_a_parameter(tensor) -> bool:
 class _Offloaded:
     """One saved tensor while it lives on the host."""
 
-    __slots__ = ("host", "device", "order", "on_device", "arrived", "__weakref__")
+    __slots__ = ("host", "device", "order", "on_device", "arrived", "source", "version", "__weakref__")
 
-    def __init__(self, host, device, order):
+    def __init__(self, host, device, order, source):
         self.host = host            # pinned copy
         self.device = device
         self.order = order          # position in the forward pass
         self.on_device = None       # the copy brought back, until backward takes it
         self.arrived = None         # event on the side stream after the copy back
+        # The tensor saved, weakly, and its version then: see _check_unchanged.
+        self.source = weakref.ref(source)
+        self.version = source._version
 
 
 def _forget(saved, order, _dead_reference):
@@ -117,7 +120,7 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
         tensor.record_stream(side)
         order = self._next_order
         self._next_order += 1
-        record = _Offloaded(host, tensor.device, order)
+        record = _Offloaded(host, tensor.device, order, tensor)
         self._saved[order] = weakref.ref(record, functools.partial(_forget, self._saved, order))
         return record
 
@@ -140,9 +143,25 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
     def _compute_waits_for(self, record):
         torch.accelerator.current_stream(record.device).wait_event(record.arrived)
 
+    @staticmethod
+    def _check_unchanged(record):
+        """Autograd skips its check of a saved tensor's version when saved-tensor hooks hold it, and
+        the copy to the host runs on a side stream that a later in-place write on the compute stream
+        may overtake: a tensor changed in place after it was saved gave gradients that depended on
+        timing (22239 apart), where torch without offload refuses. Refused as torch does, while the
+        tensor lives (one changed and then freed is not seen)."""
+        source = record.source()
+        if source is not None and source._version != record.version:
+            raise RuntimeError(
+                f"one of the variables needed for gradient computation has been modified by an inplace operation: "
+                f"[{source.type()} {list(source.shape)}] is at version {source._version}; expected version "
+                f"{record.version} instead (offload_activations saved it for backward; change a clone of it "
+                f"instead)")
+
     def _unpack(self, record):
         if isinstance(record, torch.Tensor):
             return record
+        self._check_unchanged(record)
         if record.on_device is None:
             self._bring_back(record)
         for earlier in range(record.order - 1, max(-1, record.order - 1 - self.prefetch), -1):

@@ -4,11 +4,11 @@
 #include <ATen/Context.h>
 #include <ATen/DeviceAccelerator.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/ExpandUtils.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/DispatchKeySet.h>
 #include <c10/util/DimVector.h>
 #include <c10/util/Exception.h>
-#include <c10/util/strides.h>
 
 #include <string>
 
@@ -28,8 +28,12 @@ at::Tensor pinned_host_like(const at::Tensor& like, c10::DeviceType device_type)
     TORCH_CHECK_VALUE(false, "pinned_host_like: torch has no pinned host memory for ", name, " in this process: ",
                       e.what_without_backtrace());
   }
-  const c10::DimVector strides =
-      like.is_non_overlapping_and_dense() ? c10::DimVector(like.strides()) : c10::contiguous_strides(like.sizes());
+  // As empty_like lays it out: `like`'s strides where it is dense, otherwise dense strides in its
+  // order of dimensions. Row-major instead changed a transposed view's layout, and with it the
+  // rounding of backward kernels that took the copy for the original (offload_activations).
+  const c10::DimVector strides = like.is_non_overlapping_and_dense()
+                                     ? c10::DimVector(like.strides())
+                                     : c10::DimVector(at::infer_dense_strides(like.sizes(), like.strides()));
   return at::detail::empty_strided_generic(like.sizes(), strides, allocator,
                                            c10::DispatchKeySet(c10::DispatchKey::CPU), like.scalar_type());
 }

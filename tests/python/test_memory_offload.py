@@ -3,6 +3,7 @@ artificial latency on every stream operation, so the copies really run behind th
 each other: gradients and outputs must be bit-identical to no offload, saved activations must leave
 the device, and what must stay (CPU tensors, parameters, small tensors) stays."""
 
+import contextlib
 import math
 import os
 import time
@@ -279,3 +280,40 @@ def test_without_the_wait_for_the_copy_back_the_gradients_are_wrong():
             f"{len(context.there_when_read)} copies back had landed when backward read them (the side stream " \
             f"had {ballast_copies} copies of 4 MiB queued ahead of each, 10 steps' worth or at most 4096); " \
             f"{sum(context.pinned)} of {len(context.pinned)} host copies were pinned"
+
+
+def test_a_saved_tensor_changed_in_place_afterwards_is_refused_as_torch_refuses_it():
+    """Autograd does not check the version of a tensor that saved-tensor hooks hold, and the copy to
+    the host runs behind later compute-stream work: a saved tensor changed in place after the forward
+    pass gave gradients that depended on timing (22239 apart under latency), where torch refuses."""
+    def run(context):
+        a = torch.randn(256, 256, device=EMU, requires_grad=True)
+        b = a * 2
+        with context:
+            d = b * b.exp()  # saves b
+        b.add_(1)
+        d.sum().backward()
+
+    with pytest.raises(RuntimeError, match="modified by an inplace operation") as plain:
+        run(contextlib.nullcontext())
+    with pytest.raises(RuntimeError, match="modified by an inplace operation.*is at version 1; expected version 0 "
+                                           "instead \\(offload_activations saved it") as offloaded:
+        run(offload_activations())
+    assert "[256, 256]" in str(plain.value) and "[256, 256]" in str(offloaded.value)
+
+
+def test_a_saved_view_comes_back_in_its_layout_for_bit_identical_double_backward():
+    """Host copies of non-dense saved views were laid out row-major, and the copy back too: a
+    transposed slice saved by mm came back with other strides, and double backward's kernels
+    rounded differently (4096 apart of 3.9e10) where torch's save_on_cpu is bit-identical."""
+    def step(context):
+        torch.manual_seed(0)
+        x = torch.randn(512, 64, device=EMU, requires_grad=True)
+        with context:
+            h = (x * 2).view(512, 1, 64).expand(512, 2, 64).reshape(512, 128)[:, 64:]
+            out = (x * 3) @ h.t()[:, :10]  # saves the non-dense (64, 10) view with strides (1, 128)
+        (grad,) = torch.autograd.grad(out.pow(2).sum(), x, create_graph=True)
+        grad.pow(2).sum().backward()
+        return x.grad.cpu()
+
+    assert torch.equal(step(offload_activations(min_bytes=0)), step(contextlib.nullcontext()))
