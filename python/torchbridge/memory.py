@@ -173,14 +173,27 @@ class _OffloadedAdamFamily:
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=None, amsgrad=False, *,
                  bucket_bytes=32 << 20):
+        if isinstance(params, torch.Tensor):  # list() would make its rows the parameters, trained by nobody
+            raise TypeError(f"{type(self).__name__}: params should be an iterable of Tensors, got a single tensor "
+                            f"{params.type()} {list(params.shape)}; pass [tensor]")
         self.params = list(params)
         for i, p in enumerate(self.params):
             if not isinstance(p, torch.Tensor):
                 raise TypeError(f"{type(self).__name__}: parameter {i} is a {type(p).__name__}; expected tensors "
                                 f"(parameter groups given as dicts are not supported)")
+            if not p.is_leaf:  # torch.optim's words: a computed tensor's updates would reach nothing
+                raise ValueError(f"{type(self).__name__}: can't optimize a non-leaf Tensor (parameter {i})")
         if weight_decay is None:
             weight_decay = self._DEFAULT_WEIGHT_DECAY
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"{type(self).__name__}: betas must be two numbers, got {betas!r}")
         beta1, beta2 = betas
+        size = as_integer(bucket_bytes)
+        if size is None:
+            raise TypeError(f"{type(self).__name__}: bucket_bytes must be an int number of bytes, got "
+                            f"{type(bucket_bytes).__name__} {bucket_bytes!r}")
+        if not 0 < size < 2**63:
+            raise ValueError(f"{type(self).__name__}: bucket_bytes must be positive and below 2**63, got {size}")
         # torch.optim.Adam's checks and words (ValueError; the C++ optimizer's were RuntimeErrors).
         if not 0.0 <= lr:
             raise ValueError(f"Invalid learning rate: {lr}")
@@ -196,7 +209,7 @@ class _OffloadedAdamFamily:
         self._weight_decay, self._amsgrad = float(weight_decay), bool(amsgrad)
         self._impl = _C._OffloadedOptimizer([p._cdata for p in self.params], self.STATE_FORMAT.lower(), self._lr,
                                             float(beta1), float(beta2), float(eps), float(weight_decay),
-                                            bool(amsgrad), int(bucket_bytes))
+                                            bool(amsgrad), size)
 
     @property
     def lr(self) -> float:
@@ -204,8 +217,11 @@ class _OffloadedAdamFamily:
 
     @lr.setter
     def lr(self, value) -> None:
-        self._impl.set_lr(float(value))
-        self._lr = float(value)
+        value = float(value)
+        if not 0.0 <= value:  # the constructor's check: NaN made every parameter NaN at the next step
+            raise ValueError(f"Invalid learning rate: {value}")
+        self._impl.set_lr(value)
+        self._lr = value
 
     def step(self, closure=None):
         loss = None

@@ -324,6 +324,34 @@ def test_offloading_the_state_of_parameters_off_the_accelerator_is_refused():
         OffloadedAdamW(nn.Linear(2, 2, device="meta").parameters())
 
 
+def test_offloaded_adam_refuses_what_torch_adam_refuses_and_bad_bucket_sizes():
+    """A single tensor was taken as its rows and a non-leaf as a parameter: both trained nothing,
+    silently. A bucket size of 2**70 reached pybind ("incompatible constructor arguments"), 1.7 was
+    cut to one byte, and lr = nan set after construction made every parameter NaN."""
+    from torchbridge.memory import OffloadedAdamW
+
+    weight = nn.Linear(4, 4, bias=False).to("emu").weight
+    with pytest.raises(TypeError, match=r"params should be an iterable of Tensors, got a single tensor "
+                                        r"torch.emu.FloatTensor \[4, 4\]; pass \[tensor\]"):
+        OffloadedAdamW(weight)
+    with pytest.raises(ValueError, match=r"can't optimize a non-leaf Tensor \(parameter 1\)"):
+        OffloadedAdamW([weight, weight * 1.0])
+    with pytest.raises(ValueError, match=r"betas must be two numbers, got \(0.9,\)"):
+        OffloadedAdamW([weight], betas=(0.9,))
+    for size, error, words in ((2**70, ValueError, "must be positive and below 2\\*\\*63, got 1180591620717411303424"),
+                               (0, ValueError, "must be positive"),
+                               (1.7, TypeError, "must be an int number of bytes, got float 1.7"),
+                               (True, TypeError, "must be an int number of bytes, got bool True")):
+        with pytest.raises(error, match=f"OffloadedAdamW: bucket_bytes {words}"):
+            OffloadedAdamW([weight], bucket_bytes=size)
+    optimizer = OffloadedAdamW([weight], bucket_bytes=np.int64(4096))  # numpy's integers are integers
+    with pytest.raises(ValueError, match="Invalid learning rate: nan"):
+        optimizer.lr = float("nan")
+    with pytest.raises(ValueError, match="Invalid learning rate: -0.1"):
+        optimizer.param_groups[0]["lr"] = -0.1
+    assert optimizer.lr == 1e-3
+
+
 def test_an_error_while_recomputing_reaches_the_caller_of_backward():
     calls = []
 
