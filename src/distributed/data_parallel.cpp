@@ -101,8 +101,8 @@ DataParallel::DataParallel(const ModelTensors& model, std::shared_ptr<ProcessGro
   // Every parameter, frozen ones too: each rank starts from rank 0's, as DistributedDataParallel
   // broadcasts them all. Only the trained ones go into the reducer.
   std::vector<std::pair<std::string, at::Tensor>> every;
-  // What this rank refuses alone (its model, its device) every rank refuses: the others would
-  // otherwise wait for it in the parameter agreement until the timeout.
+  // What this rank refuses alone (its model, its device) every rank refuses: the others were left
+  // in the parameter agreement's collectives, to fail on a lost peer or the timeout without the reason.
   check_together(*group_, "DataParallel", [&] {
     TORCH_CHECK_VALUE(options.bucket_bytes > 0 && options.first_bucket_bytes > 0,
                       "DataParallel bucket sizes must be positive, got bucket_bytes ", options.bucket_bytes,
