@@ -11,6 +11,7 @@ see _training_extras). The file is written by the C++ writer (atomic replacement
 import dataclasses
 import functools
 import json
+import re
 import warnings
 
 import torch
@@ -123,8 +124,8 @@ def load_training_state(path, model: torch.nn.Module, optimizer: "torch.optim.Op
     has, and returns the progress.
 
     ``device_map``: None (tensors stay on the devices the model has them on), a dict of module-name
-    prefix -> device (longest prefix wins, "" matches all; a prefix that matches no module or tensor
-    is an error), "auto" or "auto:<backend>" (top-level modules spread over the backend's devices by
+    prefix -> device (longest prefix wins, "" matches all; a prefix that places no tensor is an
+    error naming why), "auto" or "auto:<backend>" (top-level modules spread over the backend's devices by
     free memory). ``dtype_policy``: "keep", "cast:<dtype>" or "convert_unsupported". ``strict=False``
     skips model names only one side has (listed in the result); shapes and the optimizer must match
     regardless.
@@ -155,6 +156,7 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
     if header.get("format") != FORMAT:
         raise ValueError(f"{path}: not a TorchBridge training state (metadata format is "
                          f"{header.get('format')!r}, expected {FORMAT!r})")
+    progress = _progress_of(path, header)
     saved = _files.load(path)  # CPU tensors aliasing the file's private mapping: no data read yet
 
     model_state = _named_state(model)
@@ -188,7 +190,7 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
 
     loaded = [name for name in model_state if name in saved_names]
     device_map = _placement.parse_device_map(device_map, [(n, model_state[n].nbytes) for n in loaded])
-    _check_device_map_matches(device_map, model, model_state)
+    _check_device_map_matches(device_map, model, model_state, loaded)
     rng = _rng_to_restore(path, saved)
     # Stage: every tensor read, converted and on its device before anything changes.
     staged = {}
@@ -234,15 +236,38 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
             set_state(previous_rng[key])
         raise
 
-    return TrainingProgress(
-        step=int(header.get("torchbridge.step", 0)),
-        epoch=int(header.get("torchbridge.epoch", 0)),
-        metadata={k[len("user."):]: v for k, v in header.items() if k.startswith("user.")},
-        source_backend=header.get("torchbridge.source_backend", ""),
-        source_devices=json.loads(header.get("torchbridge.source_devices", "{}")),
-        source_dtypes={n: _dtype_from_c10_name(d) for n, d in
-                       json.loads(header.get("torchbridge.source_dtypes", "{}")).items()},
-        missing_keys=missing, unexpected_keys=unexpected, restored_rng=sorted(rng))
+    return TrainingProgress(**progress, metadata={k[len("user."):]: v for k, v in header.items() if k.startswith("user.")},
+                            source_backend=header.get("torchbridge.source_backend", ""),
+                            missing_keys=missing, unexpected_keys=unexpected, restored_rng=sorted(rng))
+
+
+def _progress_of(path, header) -> dict:
+    """The step, epoch and source devices and dtypes the header records, each checked: read before
+    anything is loaded, so a file whose metadata is wrong changes nothing (they were read after the
+    model, optimizer and random state had changed)."""
+    def refuse(key, expected):
+        raise ValueError(f"{path}: metadata {key} is {header[key]!r}; expected {expected}")
+
+    progress = {}
+    for field in ("step", "epoch"):
+        key = f"torchbridge.{field}"
+        value = header.get(key, "0")
+        if re.fullmatch(r"-?[0-9]+", value) is None:  # C++'s writer takes any int64
+            refuse(key, "an integer")
+        progress[field] = int(value)
+    for field, check in (("source_devices", lambda d: isinstance(d, str)),
+                         ("source_dtypes", lambda d: isinstance(d, str) and d in _dtypes_by_c10_name())):
+        key = f"torchbridge.{field}"
+        try:
+            entries = json.loads(header.get(key, "{}"))
+        except ValueError:
+            refuse(key, "a JSON object")
+        if not isinstance(entries, dict) or not all(isinstance(n, str) and check(d) for n, d in entries.items()):
+            refuse(key, "a JSON object of tensor names to " + ("devices" if field == "source_devices" else
+                                                                "torch dtype names (c10's, e.g. Float)"))
+        progress[field] = entries
+    progress["source_dtypes"] = {n: _dtypes_by_c10_name()[d] for n, d in progress["source_dtypes"].items()}
+    return progress
 
 
 # ---- helpers --------------------------------------------------------------------------------------
@@ -264,16 +289,35 @@ def _check_optimizer(optimizer) -> None:
                         f"got {type(optimizer).__name__}")
 
 
-def _check_device_map_matches(device_map, model: torch.nn.Module, model_state) -> None:
-    """Every device_map prefix names a module or tensor of ``model`` (matched as ``device_for``
-    matches): a mistyped one would otherwise move nothing, silently."""
+def _check_device_map_matches(device_map, model: torch.nn.Module, model_state, loaded) -> None:
+    """Every device_map prefix places at least one tensor the state loads (is the longest prefix
+    matching it): a mistyped one, one naming a module without tensors, or one whose tensors are
+    tied to a tensor saved under another name would otherwise move nothing, silently."""
+    placing = {_placement.deciding_prefix(name, device_map) for name in loaded}
     paths = [*(name for name, _ in model.named_modules()), *model_state]  # the model itself is "", matched by ""
+    saved_as = {id(tensor): name for name, tensor in model_state.items()}
     for prefix, device in device_map:
+        if prefix in placing or prefix == "":  # "" is the default: it places what no other prefix does
+            continue
         if not any(_placement.device_for(path, [(prefix, device)], None) is not None for path in paths):
             top = sorted({path.split(".")[0] for path in paths if path})
             shown = ", ".join(repr(name) for name in top[:10]) + (", ..." if len(top) > 10 else "")
             raise ValueError(f"device_map[{prefix!r}] matches no module or tensor of the model; prefixes are "
                              f"module paths such as {shown} (or '' for all)")
+        matched = [name for name in loaded if _placement.device_for(name, [(prefix, device)], None) is not None]
+        module_path = prefix[:-1] if prefix.endswith(".") else prefix
+        under = (model.get_submodule(module_path).named_parameters(prefix=module_path, remove_duplicate=False)
+                 if module_path in dict(model.named_modules()) else ())
+        tied = [(name, saved_as[id(tensor)]) for name, tensor in under if saved_as.get(id(tensor), name) != name]
+        if matched:
+            why = (f"a longer prefix places each tensor under it ('{matched[0]}' by "
+                   f"{_placement.deciding_prefix(matched[0], device_map)!r})")
+        elif tied:
+            why = f"'{tied[0][0]}' is tied to '{tied[0][1]}', saved and placed under that name"
+        else:
+            why = "the state loads no tensor under it"
+        raise ValueError(f"device_map[{prefix!r}] places no tensor: {why}")
+
 
 
 def _named_state(model: torch.nn.Module) -> "dict[str, torch.Tensor]":
@@ -333,9 +377,3 @@ def _dtypes_by_c10_name() -> "dict[str, torch.dtype]":
                 except (RuntimeError, TypeError):
                     continue  # dtypes without a dense CPU tensor (e.g. sub-byte ones) are never saved
     return table
-
-
-def _dtype_from_c10_name(name: str) -> torch.dtype:
-    if name not in _dtypes_by_c10_name():
-        raise ValueError(f"source dtype {name!r} is not a torch dtype")
-    return _dtypes_by_c10_name()[name]

@@ -355,6 +355,61 @@ def test_mismatches_raise_and_change_nothing(tmp_path):
         checkpoint.load_state(path, net, optimizer)
 
 
+def test_a_file_whose_progress_metadata_is_wrong_changes_nothing(tmp_path):
+    """The step, epoch and source devices and dtypes were parsed after the model, the optimizer and
+    the generators had changed: a crafted file raised int()'s or json's bare error and left them
+    changed (found 2026-11-29)."""
+    from safetensors.torch import save_file
+
+    model = make_model(1)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    train(model, sgd, 1, "cpu")
+    path = checkpoint.save_state(tmp_path / "s.safetensors", model, sgd, step=7)
+    with safe_open(path, "pt") as f:
+        header = f.metadata()
+    for key, bad, expected in (("torchbridge.step", "seven", "an integer"),
+                               ("torchbridge.epoch", "1.5", "an integer"),
+                               ("torchbridge.source_devices", "{not json", "a JSON object"),
+                               ("torchbridge.source_devices", "[1]", "a JSON object of tensor names to devices"),
+                               ("torchbridge.source_dtypes", '{"fc1.weight": "NoSuchType"}', "torch dtype names")):
+        crafted = tmp_path / "crafted.safetensors"
+        save_file(load_file(path), crafted, metadata={**header, key: bad})
+        net = make_model(3)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        before = snapshot(net, optimizer)
+        with pytest.raises(ValueError, match=f"crafted.safetensors: metadata {key} is .*; expected .*{expected}"):
+            checkpoint.load_state(crafted, net, optimizer)
+        assert_same_snapshot(before, snapshot(net, optimizer))
+
+
+class Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.act, self.head = torch.nn.Embedding(5, 4), torch.nn.ReLU(), torch.nn.Linear(4, 5, bias=False)
+        self.head.weight = self.emb.weight
+
+
+def test_a_device_map_prefix_that_places_no_tensor_is_refused_naming_why(tmp_path):
+    """{'act': 'emu:0'} (a module without tensors) was accepted and moved nothing; so was
+    {'': 'emu:0', 'head': 'cpu'} on a model whose head is tied to its embedding, saved under the
+    embedding's name: the head went to emu:0, not the CPU (found 2026-11-29)."""
+    path = checkpoint.save_state(tmp_path / "tied.safetensors", Tied())
+    for device_map, message in (({"act": "emu:0"}, "device_map\\['act'\\] places no tensor: the state loads no "
+                                                   "tensor under it"),
+                                ({"": "emu:0", "head": "cpu"}, "device_map\\['head'\\] places no tensor: "
+                                                               "'head.weight' is tied to 'emb.weight'"),
+                                ({"": "emu:0", "emb": "cpu", "emb.weight": "emu:1"},
+                                 "device_map\\['emb'\\] places no tensor: a longer prefix places each tensor under "
+                                 "it \\('emb.weight' by 'emb.weight'\\)")):
+        model = Tied()
+        with pytest.raises(ValueError, match=message):
+            checkpoint.load_state(path, model, device_map=device_map)
+        assert model.emb.weight.device.type == "cpu"
+    model = Tied()
+    checkpoint.load_state(path, model, device_map={"": "emu:0", "emb": "emu:1"})
+    assert model.head.weight is model.emb.weight and model.emb.weight.device == torch.device("emu:1")
+
+
 def test_failure_while_committing_rolls_everything_back(tmp_path):
     model = make_model(1)
     adam = torch.optim.Adam(model.parameters())
