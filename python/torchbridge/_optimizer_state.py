@@ -65,13 +65,40 @@ def _json_value(value, where: str):
                     "tensors and JSON hyper-parameters (None, bool, int, float, str, lists of these)")
 
 
+def _checked_description(path: str, description_json: str) -> dict:
+    """The optimizer's description, its structure checked: a crafted or damaged one raised
+    KeyError, AttributeError or "2 parameters but 2 were saved" (a size given as a string)."""
+    def refuse(what):
+        raise ValueError(f"{path}: metadata torchbridge.optimizer {what}")
+
+    try:
+        description = json.loads(description_json)
+    except ValueError:
+        refuse(f"is not JSON: {description_json[:80]!r}")
+    if not isinstance(description, dict) or not isinstance(description.get("type"), str):
+        refuse("is not an object with a \"type\" string")
+    groups = description.get("groups")
+    if not isinstance(groups, list) or not all(isinstance(group, dict) for group in groups):
+        refuse("has no \"groups\" list of objects")
+    for g, group in enumerate(groups):
+        size = group.get("size")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            refuse(f"group {g} has size {size!r}; expected a count of parameters")
+    values = description.get("values", {})
+    if not isinstance(values, dict) or not all(
+            isinstance(index, str) and index.isascii() and index.isdigit() and isinstance(fields, dict)
+            for index, fields in values.items()):
+        refuse("has \"values\" that are not an object of parameter indices to objects")
+    return description
+
+
 def decode(path: str, description_json: str, tensors: "dict[str, torch.Tensor]",
            optimizer: torch.optim.Optimizer, written_by_cpp: bool) -> dict:
     """A state_dict for ``optimizer.load_state_dict`` from the saved description and the
     ``optimizer.*`` tensors; raises ValueError for any mismatch, before anything is changed.
     ``written_by_cpp``: LibTorch counts Adam steps in int64, torch.optim in a float32 tensor."""
-    description = json.loads(description_json)
-    saved_type, given_type = description.get("type"), type_name(optimizer)
+    description = _checked_description(path, description_json)
+    saved_type, given_type = description["type"], type_name(optimizer)
     if saved_type != given_type:
         own_name = type(optimizer).__name__
         given = given_type if given_type == own_name else f"{own_name} ({given_type}'s state)"

@@ -80,18 +80,12 @@ def device_for(name: str, device_map: "list[tuple[str, torch.device]]", current:
     """The device of the longest prefix matching ``name`` as a module path ("enc" matches
     "enc.weight" and "enc", not "encoder.weight"; "" matches all), else ``current``. A trailing dot,
     as the auto map writes ("enc."), is accepted."""
-    prefix = deciding_prefix(name, device_map)
-    return current if prefix is None else dict(device_map)[prefix]
-
-
-def deciding_prefix(name: str, device_map: "list[tuple[str, torch.device]]") -> "str | None":
-    """The prefix of ``device_map`` that places ``name`` (see device_for), or None."""
-    best, best_length = None, -1
-    for prefix, _ in device_map:
+    best, best_length = current, -1
+    for prefix, device in device_map:
         module = prefix[:-1] if prefix.endswith(".") else prefix
         matches = module == "" or name == module or name.startswith(module + ".")
         if matches and len(module) > best_length:
-            best, best_length = prefix, len(module)
+            best, best_length = device, len(module)
     return best
 
 

@@ -3,6 +3,7 @@ exports). A module of its own so that ``_training_state`` can use them without i
 ``checkpoint``, which imports it."""
 
 import bisect
+import errno
 import os
 
 import torch
@@ -18,16 +19,35 @@ def check_path(path) -> str:
     path = os.fspath(path)
     if not isinstance(path, str):  # a PathLike of bytes
         raise TypeError(f"path must be a str or os.PathLike of str, got {path!r}")
+    _check_text(path, "path")
+    return path
+
+
+def _check_text(text: str, what: str) -> None:
+    """The C++ core takes UTF-8; a str holding lone surrogates (os.fsdecode's stand-ins for a file
+    name's undecodable bytes) reached pybind's "incompatible function arguments"."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} {text!r} is not valid UTF-8 text (it holds surrogates, as os.fsdecode makes for "
+                         f"bytes that are not UTF-8); checkpoints take UTF-8 file names, tensor names and "
+                         f"metadata") from None
+
+
+def _existing(path: str) -> str:
+    """As torch.load and safetensors say it: FileNotFoundError, not the core's ValueError."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
     return path
 
 
 def names(path: str) -> "list[str]":
     """Tensor names in a file, index or directory, without reading tensor data."""
-    return list(_C.checkpoint_names(check_path(path)))
+    return list(_C.checkpoint_names(_existing(check_path(path))))
 
 
 def metadata(path: str) -> "dict[str, str]":
-    return dict(_C.checkpoint_metadata(check_path(path)))
+    return dict(_C.checkpoint_metadata(_existing(check_path(path))))
 
 
 def load(path: str, names: "list[str] | None" = None, device="cpu") -> "dict[str, torch.Tensor]":
@@ -35,7 +55,13 @@ def load(path: str, names: "list[str] | None" = None, device="cpu") -> "dict[str
     mapping when aligned (writes never reach the file)."""
     if isinstance(names, (str, bytes)):  # list("ab") would ask for tensors "a" and "b"
         raise TypeError(f"names must be a list of tensor names or None, got the string {names!r}")
-    capsules = _C.checkpoint_load(check_path(path), None if names is None else list(names))
+    if names is not None:
+        names = list(names)
+        for name in names:
+            if not isinstance(name, str):
+                raise TypeError(f"names must be tensor names (str), got {name!r} ({type(name).__name__})")
+            _check_text(name, "tensor name")
+    capsules = _C.checkpoint_load(_existing(check_path(path)), names)
     device = torch.device(device)
     loaded = {name: from_dlpack(capsule) for name, capsule in capsules.items()}
     return loaded if device.type == "cpu" else {name: t.to(device) for name, t in loaded.items()}
@@ -65,11 +91,23 @@ def _check_arguments(tensors, metadata) -> None:
             raise TypeError(f"tensor names must be str, got {name!r} ({type(name).__name__})")
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"tensors[{name!r}] must be a torch.Tensor, got {type(t).__name__}")
+        _check_text(name, "tensor name")
+        # What the copy to the CPU and DLPack fail on, naming no tensor.
+        if t.layout != torch.strided:
+            raise ValueError(f"tensors[{name!r}] is a {t.layout} tensor; safetensors holds dense (strided) tensors: "
+                             f"save t.to_dense(), or its indices and values")
+        if t.is_meta:
+            raise ValueError(f"tensors[{name!r}] is on the meta device, which holds no data to save")
+        if t.is_quantized:
+            raise ValueError(f"tensors[{name!r}] is a quantized {t.dtype} tensor, which safetensors cannot hold: "
+                             f"save t.int_repr() and its quantization parameters")
     if metadata is not None and not isinstance(metadata, dict):
         raise TypeError(f"metadata must be None or a dict of str to str, got {type(metadata).__name__}")
     for key, value in (metadata or {}).items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(f"metadata must map str to str (safetensors metadata is strings), got {key!r}: {value!r}")
+        _check_text(key, "metadata key")
+        _check_text(value, f"metadata[{key!r}]")
 
 
 def _shard_limit(max_shard_size) -> int:

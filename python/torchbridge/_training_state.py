@@ -124,8 +124,8 @@ def load_training_state(path, model: torch.nn.Module, optimizer: "torch.optim.Op
     has, and returns the progress.
 
     ``device_map``: None (tensors stay on the devices the model has them on), a dict of module-name
-    prefix -> device (longest prefix wins, "" matches all; a prefix that places no tensor is an
-    error naming why), "auto" or "auto:<backend>" (top-level modules spread over the backend's devices by
+    prefix -> device (longest prefix wins, "" matches all; a prefix that matches no module or tensor
+    is an error, and so is one that places tied tensors apart), "auto" or "auto:<backend>" (top-level modules spread over the backend's devices by
     free memory). ``dtype_policy``: "keep", "cast:<dtype>" or "convert_unsupported". ``strict=False``
     skips model names only one side has (listed in the result); shapes and the optimizer must match
     regardless.
@@ -190,7 +190,7 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
 
     loaded = [name for name in model_state if name in saved_names]
     device_map = _placement.parse_device_map(device_map, [(n, model_state[n].nbytes) for n in loaded])
-    _check_device_map_matches(device_map, model, model_state, loaded)
+    _check_device_map_matches(device_map, model, model_state)
     rng = _rng_to_restore(path, saved)
     # Stage: every tensor read, converted and on its device before anything changes.
     staged = {}
@@ -289,34 +289,32 @@ def _check_optimizer(optimizer) -> None:
                         f"got {type(optimizer).__name__}")
 
 
-def _check_device_map_matches(device_map, model: torch.nn.Module, model_state, loaded) -> None:
-    """Every device_map prefix places at least one tensor the state loads (is the longest prefix
-    matching it): a mistyped one, one naming a module without tensors, or one whose tensors are
-    tied to a tensor saved under another name would otherwise move nothing, silently."""
-    placing = {_placement.deciding_prefix(name, device_map) for name in loaded}
-    paths = [*(name for name, _ in model.named_modules()), *model_state]  # the model itself is "", matched by ""
-    saved_as = {id(tensor): name for name, tensor in model_state.items()}
+def _check_device_map_matches(device_map, model: torch.nn.Module, model_state) -> None:
+    """Every device_map prefix names a module or tensor of ``model`` (matched as ``device_for``
+    matches): a mistyped one would otherwise move nothing, silently. A module without tensors is
+    accepted (accelerate's maps name such modules too). Tied tensors are saved and placed once,
+    under their first name: a map that asks another device for another of their names (lm_head on
+    the CPU, the embedding it is tied to on emu:0) is refused, as it would not be followed."""
+    aliases = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    # The model itself is "", matched by "".
+    paths = [*(name for name, _ in model.named_modules()), *model_state, *(name for name, _ in aliases)]
     for prefix, device in device_map:
-        if prefix in placing or prefix == "":  # "" is the default: it places what no other prefix does
-            continue
         if not any(_placement.device_for(path, [(prefix, device)], None) is not None for path in paths):
             top = sorted({path.split(".")[0] for path in paths if path})
             shown = ", ".join(repr(name) for name in top[:10]) + (", ..." if len(top) > 10 else "")
             raise ValueError(f"device_map[{prefix!r}] matches no module or tensor of the model; prefixes are "
                              f"module paths such as {shown} (or '' for all)")
-        matched = [name for name in loaded if _placement.device_for(name, [(prefix, device)], None) is not None]
-        module_path = prefix[:-1] if prefix.endswith(".") else prefix
-        under = (model.get_submodule(module_path).named_parameters(prefix=module_path, remove_duplicate=False)
-                 if module_path in dict(model.named_modules()) else ())
-        tied = [(name, saved_as[id(tensor)]) for name, tensor in under if saved_as.get(id(tensor), name) != name]
-        if matched:
-            why = (f"a longer prefix places each tensor under it ('{matched[0]}' by "
-                   f"{_placement.deciding_prefix(matched[0], device_map)!r})")
-        elif tied:
-            why = f"'{tied[0][0]}' is tied to '{tied[0][1]}', saved and placed under that name"
-        else:
-            why = "the state loads no tensor under it"
-        raise ValueError(f"device_map[{prefix!r}] places no tensor: {why}")
+    saved_as = {id(tensor): name for name, tensor in model_state.items()}
+    for alias, tensor in aliases:
+        saved = saved_as.get(id(tensor), alias)
+        if saved == alias:
+            continue
+        wanted, placed = (_placement.device_for(name, device_map, tensor.device) for name in (alias, saved))
+        if wanted != placed:
+            raise ValueError(f"device_map places '{alias}' on {wanted}, but it is tied to '{saved}', which the map "
+                             f"places on {placed}; tied tensors are one tensor, saved and placed under '{saved}': "
+                             f"give both names one device")
+
 
 
 

@@ -50,10 +50,21 @@ void refuse_beside_an_index(const std::string& path) {
                     "the index and its shards first");
 }
 
+// A single file named *.json would be read as JSON by every tool, and under a sharded checkpoint's
+// index name (save("dir/model.safetensors.index.json", ...)) it replaced the index, leaving the
+// shards unreadable.
+void refuse_a_json_name(const std::string& path) {
+  const std::string json = ".json";
+  TORCH_CHECK_VALUE(path.size() < json.size() || path.compare(path.size() - json.size(), json.size(), json) != 0,
+                    path, ": names a JSON file; a single safetensors file needs another name (a sharded save, with a "
+                    "shard size, writes its index itself, into the directory it is given)");
+}
+
 }  // namespace
 
 void save(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
           const std::map<std::string, std::string>& metadata) {
+  refuse_a_json_name(path);
   refuse_beside_an_index(path);
   DistinctTensors distinct(path);
   std::vector<std::pair<std::string, at::Tensor>> prepared;

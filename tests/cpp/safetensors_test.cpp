@@ -170,6 +170,11 @@ TEST(Checkpoint, ADirectoryHoldingBothASingleFileAndAnIndexIsRefused) {
   EXPECT_NE(message.find("directory holds both model.safetensors and model.safetensors.index.json"), std::string::npos)
       << message;
   EXPECT_TRUE(Checkpoint::open(directory + "/model.safetensors.index.json").sharded()) << "a named file still opens";
+  // Saved under the index's own name, a single file replaced the index: the shards no longer opened.
+  message = error_of([&] { save(directory + "/model.safetensors.index.json", {{"a", at::zeros({16})}}); });
+  EXPECT_NE(message.find("names a JSON file; a single safetensors file needs another name"), std::string::npos)
+      << message;
+  EXPECT_TRUE(Checkpoint::open(directory + "/model.safetensors.index.json").sharded()) << "the index is intact";
 }
 
 // A saved checkpoint gets the permissions any new file gets (0666 less the umask), as

@@ -3,6 +3,7 @@ checkpoint.save writes (read back by the `safetensors` package), its argument ch
 map of load_training_state, failed exports leaving an earlier file alone (onnxruntime and
 torch.jit.load read it back), and the one-line errors of `torchbridge run -m` and `export`."""
 
+import json
 import os
 import subprocess
 import sys
@@ -83,6 +84,14 @@ def test_export_to_safetensors_does_not_tie_a_negative_view_to_the_tensor_it_vie
     ({"a": torch.ones(1)}, {"max_shard_size": 2**64}, ValueError, "more than 2\\^64 bytes"),
     ({"a": torch.ones(1)}, {"max_shard_size": 1.5}, TypeError, "max_shard_size must be None .* got 1.5"),
     ({"a": torch.ones(1)}, {"max_shard_size": True}, TypeError, "max_shard_size must be None .* got True"),
+    # These reached pybind's "incompatible function arguments", or failed in DLPack naming no tensor.
+    ({"w\udcff": torch.ones(1)}, {}, ValueError, "tensor name 'w\\\\udcff' is not valid UTF-8 text"),
+    ({"a": torch.ones(1)}, {"metadata": {"k": "\udcff"}}, ValueError, "metadata\\['k'\\] '\\\\udcff' is not valid UTF-8"),
+    ({"s": torch.eye(2).to_sparse()}, {}, ValueError, "tensors\\['s'\\] is a torch.sparse_coo tensor; safetensors holds "
+                                                       "dense"),
+    ({"m": torch.ones(1, device="meta")}, {}, ValueError, "tensors\\['m'\\] is on the meta device"),
+    ({"q": torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)}, {}, ValueError,
+     "tensors\\['q'\\] is a quantized torch.qint8 tensor"),
 ])
 def test_save_refuses_bad_arguments_by_name_and_writes_nothing(tmp_path, tensors, options, error, message):
     target = tmp_path / "out"
@@ -90,6 +99,28 @@ def test_save_refuses_bad_arguments_by_name_and_writes_nothing(tmp_path, tensors
         checkpoint.save(target, tensors, **options)
     # max_shard_size=0 used to write one unsharded file at the path meant for a directory.
     assert list(tmp_path.iterdir()) == []
+
+
+def test_save_refuses_a_json_name_which_would_replace_a_sharded_checkpoints_index(tmp_path):
+    checkpoint.save(tmp_path, {"a": torch.ones(4), "b": torch.ones(4)}, max_shard_size=16)
+    index = tmp_path / "model.safetensors.index.json"
+    with pytest.raises(ValueError, match="names a JSON file; a single safetensors file needs another name"):
+        checkpoint.save(index, {"a": torch.zeros(4)})
+    assert json.loads(index.read_text())["weight_map"] == {"a": "model-00001-of-00002.safetensors",
+                                                           "b": "model-00002-of-00002.safetensors"}
+
+
+def test_loading_refuses_what_the_core_cannot_take_as_python_libraries_do(tmp_path):
+    missing = tmp_path / "missing.safetensors"
+    for read in (checkpoint.load, checkpoint.metadata, checkpoint.names):
+        with pytest.raises(FileNotFoundError, match="No such file or directory"):
+            read(missing)
+    path = checkpoint.save(tmp_path / "w.safetensors", {"w": torch.ones(2)})[0]
+    with pytest.raises(TypeError, match=r"names must be tensor names \(str\), got 1 \(int\)"):
+        checkpoint.load(path, names=[1])
+    undecodable = os.fsdecode(os.fsencode(str(tmp_path)) + b"/caf\xe9.safetensors")
+    with pytest.raises(ValueError, match="is not valid UTF-8 text .*checkpoints take UTF-8 file names"):
+        checkpoint.save(undecodable, {"w": torch.ones(2)})
 
 
 def test_an_empty_tensor_name_reads_and_writes_as_the_safetensors_package_does(tmp_path):
