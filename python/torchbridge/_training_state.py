@@ -295,7 +295,11 @@ def _check_device_map_matches(device_map, model: torch.nn.Module, model_state) -
     accepted (accelerate's maps name such modules too). Tied tensors are saved and placed once,
     under their first name: a map that asks another device for another of their names (lm_head on
     the CPU, the embedding it is tied to on emu:0) is refused, as it would not be followed."""
-    aliases = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    saved_as = {id(tensor): name for name, tensor in model_state.items()}
+    # Every name of every tensor the state holds (a tied one has several; non-persistent buffers none).
+    aliases = [(name, tensor) for name, tensor in [*model.named_parameters(remove_duplicate=False),
+                                                   *model.named_buffers(remove_duplicate=False)]
+               if id(tensor) in saved_as]
     # The model itself is "", matched by "".
     paths = [*(name for name, _ in model.named_modules()), *model_state, *(name for name, _ in aliases)]
     for prefix, device in device_map:
@@ -304,9 +308,8 @@ def _check_device_map_matches(device_map, model: torch.nn.Module, model_state) -
             shown = ", ".join(repr(name) for name in top[:10]) + (", ..." if len(top) > 10 else "")
             raise ValueError(f"device_map[{prefix!r}] matches no module or tensor of the model; prefixes are "
                              f"module paths such as {shown} (or '' for all)")
-    saved_as = {id(tensor): name for name, tensor in model_state.items()}
     for alias, tensor in aliases:
-        saved = saved_as.get(id(tensor), alias)
+        saved = saved_as[id(tensor)]
         if saved == alias:
             continue
         wanted, placed = (_placement.device_for(name, device_map, tensor.device) for name in (alias, saved))
