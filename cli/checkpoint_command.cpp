@@ -200,21 +200,37 @@ int convert(const std::vector<std::string>& args) {
     return false;
   };
   size_t kept = 0;
+  // What a narrowing cast loses, counted so that it is said: float16's range ends at 65504.
+  int64_t overflowed = 0, flushed = 0;
+  std::vector<std::string> losing;
   for (size_t i = 0; i < tensors.size(); ++i) {
     auto& [name, tensor] = tensors[i];
     if (dtype && tensor.is_floating_point()) {
       if (quantized.count(name) > 0 || is_scale_of_quantized(name)) {
         ++kept;
       } else {
+        const at::Tensor original = tensor;
         tensor = tensor.to(*dtype);
+        const int64_t to_infinity =
+            original.isfinite().logical_and(tensor.isfinite().logical_not()).sum().item<int64_t>();
+        const int64_t to_zero = original.ne(0).logical_and(tensor.eq(0)).sum().item<int64_t>();
+        if (to_infinity + to_zero > 0) losing.push_back(name);
+        overflowed += to_infinity;
+        flushed += to_zero;
       }
     }
     if (progress) std::cerr << "\rconverting " << i + 1 << "/" << tensors.size() << " tensors" << std::flush;
   }
+  if (progress && (kept > 0 || !losing.empty())) std::cerr << "\n";
   if (kept > 0) {
-    if (progress) std::cerr << "\n";
     std::cerr << "torchbridge: note: kept " << kept << " quantized tensors (float8) and their scales as they are; "
               << "--dtype casts full-precision tensors only\n";
+  }
+  if (!losing.empty()) {
+    std::cerr << "torchbridge: warning: --dtype " << *parsed.option("--dtype") << " turned " << overflowed
+              << " finite values into infinities and " << flushed << " nonzero values into zeros, in " << losing.size()
+              << (losing.size() == 1 ? " tensor" : " tensors") << " (first: '" << losing.front()
+              << "'); they lie outside its range (bfloat16 keeps float32's)\n";
   }
   if (shard_size) {
     const auto files = checkpoint::save_sharded(out, tensors, *shard_size, metadata);

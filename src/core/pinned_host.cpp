@@ -10,7 +10,9 @@
 #include <c10/util/DimVector.h>
 #include <c10/util/Exception.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace torchbridge {
 

@@ -171,6 +171,19 @@ def test_json_reports_hold_paths_and_settings_that_are_not_utf8(tmp_path):
     assert json.loads(doctor.stdout)["environment_overrides"]["TORCHBRIDGE_NOTE"] == "\ufffd"
 
 
+def test_convert_dtype_says_how_many_values_a_narrower_dtype_lost(tmp_path):
+    # float16 ends at 65504 and flushes 1e-8 to zero: the file held [inf, inf, 1, 0], said nothing.
+    source, target = tmp_path / "wide.safetensors", tmp_path / "half.safetensors"
+    save_file({"w": torch.tensor([1e5, 7e4, 1.0, 1e-8]), "fine": torch.ones(3)}, str(source))
+    result = tb("checkpoint", "convert", source, target, "--dtype", "float16")
+    assert result.returncode == 0, result.stderr
+    assert ("warning: --dtype float16 turned 2 finite values into infinities and 1 nonzero values into zeros, in 1 "
+            "tensor (first: 'w')") in result.stderr
+    assert load_file(str(target))["w"].tolist() == [float("inf"), float("inf"), 1.0, 0.0]  # the cast, as asked
+    quiet = tb("checkpoint", "convert", source, tmp_path / "b.safetensors", "--dtype", "bfloat16")
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr, quiet.stderr
+
+
 def test_convert_dtype_leaves_quantized_weights_and_their_scales_as_they_are(tmp_path):
     # A cast of an fp8 weight drops the scaling its stored values need; its factor cast to float16
     # loses bits. Both were cast.
