@@ -145,16 +145,17 @@ def _dequantize(value: torch.Tensor, factor: torch.Tensor, name: str, factor_nam
 
 
 def widen(saved: torch.Tensor, dtype: torch.dtype, stored_tensor: "Callable[[str], torch.Tensor | None]",
-          name: str = "tensor") -> torch.Tensor:
-    """``saved`` in ``dtype``; an fp8 tensor becoming wider is multiplied by its stored
-    dequantization factor, ``stored_tensor(name + suffix)`` for the first suffix of
-    ``_C.fp8_scale_suffixes`` (``_scale``, ``_scale_inv``; the C++ ``kFp8ScaleSuffixes`` says
-    whose files use which) that the file holds. Per tensor, per row, or per block of a 2-D weight."""
+          name: str = "tensor") -> "tuple[torch.Tensor, str | None]":
+    """``saved`` in ``dtype``, and the name of the factor applied, if any: an fp8 tensor becoming
+    wider is multiplied by its stored dequantization factor, ``stored_tensor(name + suffix)`` for
+    the first suffix of ``_C.fp8_scale_suffixes`` (``_scale``, ``_scale_inv``; the C++
+    ``kFp8ScaleSuffixes`` says whose files use which) that the file holds. Per tensor, per row, or
+    per block of a 2-D weight."""
     if saved.dtype not in _FP8 or dtype in _FP8:
-        return saved.to(dtype)
+        return saved.to(dtype), None
     value = saved.to(torch.float32)
     for suffix in _C.fp8_scale_suffixes:
         factor = stored_tensor(name + suffix)
         if factor is not None:
-            return _dequantize(value, factor.to(torch.float32), name, name + suffix).to(dtype)
-    return value.to(dtype)
+            return _dequantize(value, factor.to(torch.float32), name, name + suffix).to(dtype), name + suffix
+    return value.to(dtype), None

@@ -194,11 +194,14 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
     rng = _rng_to_restore(path, saved)
     # Stage: every tensor read, converted and on its device before anything changes.
     staged = {}
+    applied = {}  # factor name -> the fp8 tensor widened with it
     for name in loaded:
         tensor = saved[_MODEL + name]
         device = _placement.device_for(name, device_map, model_state[name].device)
-        converted = _placement.widen(tensor, policy.dtype_for(tensor.dtype, device),
-                                     lambda key: saved.get(_MODEL + key), name)
+        converted, factor = _placement.widen(tensor, policy.dtype_for(tensor.dtype, device),
+                                             lambda key: saved.get(_MODEL + key), name)
+        if factor is not None:
+            applied[factor] = name
         # Laid out as the tensor it replaces (a channels_last weight stays channels_last, as
         # load_state_dict's in-place copy keeps it): memory order decides, e.g., dropout's mask.
         target = model_state[name]
@@ -206,6 +209,17 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
             staged[name] = torch.empty_like(target, dtype=converted.dtype, device=device).copy_(converted)
         else:
             staged[name] = converted.to(device, copy=True)
+
+    # A widened fp8 tensor holds real values now; the model's own copy of its factor, applied again
+    # by its forward, would scale them twice (each block's output off by its factor): it becomes 1.
+    absorbed = sorted(factor for factor in applied if factor in staged)
+    for factor in absorbed:
+        staged[factor] = torch.ones_like(staged[factor])
+    if absorbed:
+        warnings.warn(f"{path}: dequantized {', '.join(repr(applied[f]) for f in absorbed)} with "
+                      f"{', '.join(repr(f) for f in absorbed)}; the model's "
+                      f"{'copies of those factors are' if len(absorbed) > 1 else 'copy of that factor is'} set to 1, "
+                      f"so that a forward that applies them does not scale the values twice", stacklevel=3)
 
     # Commit; the only step that can still fail (placing optimizer state on the devices) comes
     # last, and everything before it is undone if it does.

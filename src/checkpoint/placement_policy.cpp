@@ -87,12 +87,15 @@ at::Tensor dequantize(const at::Tensor& value, const at::Tensor& factor, const s
                             .repeat_interleave(value.size(1) / factor.size(1), 1));
 }
 
-at::Tensor widen(const SafetensorsFile& file, const std::string& key, const at::Tensor& saved, c10::ScalarType dtype) {
+at::Tensor widen(const SafetensorsFile& file, const std::string& key, const at::Tensor& saved, c10::ScalarType dtype,
+                 std::string* applied_factor) {
+  if (applied_factor != nullptr) applied_factor->clear();
   if (!is_fp8(saved.scalar_type()) || is_fp8(dtype)) return saved.to(dtype);
   const at::Tensor value = saved.to(at::kFloat);
   for (const std::string_view suffix : kFp8ScaleSuffixes) {
     const std::string factor_key = key + std::string(suffix);
     if (file.contains(factor_key)) {
+      if (applied_factor != nullptr) *applied_factor = factor_key;
       return dequantize(value, file.load(factor_key).to(at::kFloat), key, factor_key).to(dtype);
     }
   }

@@ -25,7 +25,9 @@ c10::ScalarType dtype_for(const at::Tensor& saved, const RestoreOptions& options
 
 // The saved tensor `key` in `dtype`: an fp8 tensor widened to another dtype is multiplied by its
 // stored dequantization factor, `<key>` + one of kFp8ScaleSuffixes (checkpoint.h),
-// per tensor, per row or per block of a 2-D weight.
-at::Tensor widen(const SafetensorsFile& file, const std::string& key, const at::Tensor& saved, c10::ScalarType dtype);
+// per tensor, per row or per block of a 2-D weight. `applied_factor`, when given, receives that
+// factor's key ("" when none was applied).
+at::Tensor widen(const SafetensorsFile& file, const std::string& key, const at::Tensor& saved, c10::ScalarType dtype,
+                 std::string* applied_factor = nullptr);
 
 }  // namespace torchbridge::checkpoint

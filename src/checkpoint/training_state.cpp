@@ -169,12 +169,26 @@ StagedRestore stage(const SafetensorsFile& file, const NamedTensors& model_state
   }
   // Model: every parameter and buffer placed on its mapped device in the policy's dtype.
   std::map<void*, at::Tensor> placed_by_impl;  // for the optimizer state, which follows its parameter
+  std::map<std::string, std::string> applied;     // fp8 factor key -> the tensor widened with it
   for (const auto& [name, tensor] : model_state) {
     const at::Tensor saved = file.load("model." + name);
     const c10::Device device = device_for(name, placement, tensor.device());
-    at::Tensor placed = widen(file, "model." + name, saved, dtype_for(saved, options, device)).to(device, false, true);
+    std::string factor;
+    at::Tensor placed =
+        widen(file, "model." + name, saved, dtype_for(saved, options, device), &factor).to(device, false, true);
+    if (!factor.empty()) applied.emplace(factor, name);
     placed_by_impl[tensor.unsafeGetTensorImpl()] = placed;
     staged.model.emplace_back(tensor, std::move(placed));
+  }
+  // A widened fp8 tensor holds real values now; the model's own copy of its factor, applied again
+  // by its forward, would scale them twice: it becomes 1.
+  for (size_t i = 0; i < model_state.size(); ++i) {
+    const auto widened = applied.find("model." + model_state[i].first);
+    if (widened == applied.end()) continue;
+    staged.model[i].second = at::ones_like(staged.model[i].second);
+    TORCH_WARN(file.path(), ": dequantized '", widened->second, "' with '", model_state[i].first,
+               "'; the model's copy of that factor is set to 1, so that a forward that applies it does not scale ",
+               "the values twice");
   }
   // Optimizer: hyper-parameters per group, state per parameter beside where the parameter goes.
   const OptimizerCodec& codec = codec_for(optimizer);

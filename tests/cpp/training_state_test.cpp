@@ -426,6 +426,9 @@ TEST(TrainingStateDtypes, Fp8WidensMultipliedByItsStoredFactorWhereTheTargetLack
       EXPECT_EQ(weight.scalar_type(), bf16 ? at::kBFloat16 : at::kFloat);
       const at::Tensor expected = (saved->weight.to(at::kFloat) * per_element).to(weight.scalar_type());
       EXPECT_TRUE(at::equal(weight, expected)) << "fp8 values must be multiplied by their stored factor";
+      // The model's factor, which its forward applies, was restored as saved: outputs scaled twice.
+      EXPECT_TRUE(at::equal(restored->named_buffers()["weight" + suffix], torch::ones_like(factor)))
+          << "the factor the widened values absorbed must become 1";
     }
   }
   auto mismatched = std::make_shared<Fp8Layer>("_scale_inv", torch::ones({3, 3}));

@@ -291,12 +291,18 @@ def test_fp8_widens_multiplied_by_its_stored_factor(tmp_path, suffix, granularit
     saved = _fp8_module(suffix, factor)
     path = checkpoint.save_state(tmp_path / "s.safetensors", saved)
     restored = _fp8_module(suffix, factor)
-    checkpoint.load_state(path, restored, dtype_policy="convert_unsupported")
+    with pytest.warns(UserWarning, match=f"dequantized 'weight' with 'weight{suffix}'; the model's copy of that "
+                                         "factor is set to 1"):
+        checkpoint.load_state(path, restored, dtype_policy="convert_unsupported")
     want = torch.bfloat16 if torch.bfloat16 in dtypes else torch.float32
     assert restored.weight.dtype == want
     per_element = factor.expand(4, 4) if granularity != "block" else factor.repeat_interleave(2, 0).repeat_interleave(
         2, 1)
     assert torch.equal(restored.weight, (saved.weight.to(torch.float32) * per_element).to(want))
+    # The model's factor, which its forward applies, was restored as saved: every output was scaled
+    # twice (found 2026-11-29). As 1, weight * factor is the real weight once.
+    factor_buffer = getattr(restored, "weight" + suffix)
+    assert torch.equal(factor_buffer, torch.ones_like(factor))
 
 
 def test_an_fp8_factor_grid_that_does_not_divide_the_weight_is_refused_naming_both(tmp_path):
