@@ -3,10 +3,13 @@ GradScaler, each kept as JSON in the safetensors metadata (``torchbridge.lr_sche
 ``torchbridge.grad_scaler``), the entries the C++ ``TrainingProgress`` reads and writes back.
 
 A scheduler's ``state_dict()`` is numbers, strings, lists, tuples and dicts, but may hold what
-strict JSON cannot: infinities (ReduceLROnPlateau's ``best``) and tuples. Those are tagged
-(``{"__float__": "inf"}``, ``{"__tuple__": [...]}``) so the state comes back exactly as it was
+strict JSON cannot: infinities (ReduceLROnPlateau's ``best``), tuples, dicts whose keys are not
+strings, and Counters (MultiStepLR's ``milestones``: epoch -> count, whose missing keys must read
+0). Those are tagged (``{"__float__": "inf"}``, ``{"__tuple__": [...]}``, ``{"__items__": [[key,
+value], ...]}``, ``{"__counter__": [[key, count], ...]}``) so the state comes back exactly as it was
 saved, and the metadata stays JSON that any reader parses."""
 
+import collections
 import json
 import math
 
@@ -16,7 +19,8 @@ from . import amp as _amp
 
 SCHEDULER_KEY = "torchbridge.lr_scheduler"
 SCALER_KEY = "torchbridge.grad_scaler"
-_FLOAT_TAG, _TUPLE_TAG = "__float__", "__tuple__"
+_FLOAT_TAG, _TUPLE_TAG, _ITEMS_TAG, _COUNTER_TAG = "__float__", "__tuple__", "__items__", "__counter__"
+_TAGS = (_FLOAT_TAG, _TUPLE_TAG, _ITEMS_TAG, _COUNTER_TAG)
 _SCALER_FIELDS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
 
 
@@ -56,16 +60,19 @@ def _to_json(value, where: str):
     if isinstance(value, tuple):
         return {_TUPLE_TAG: [_to_json(v, f"{where}[{i}]") for i, v in enumerate(value)]}
     if isinstance(value, dict):
-        if len(value) == 1 and next(iter(value)) in (_FLOAT_TAG, _TUPLE_TAG):
+        if len(value) == 1 and next(iter(value)) in _TAGS:
             raise ValueError(f"{where} is a dict whose only key is {next(iter(value))!r}, which the training "
                              "state uses as a tag and could not tell apart on loading")
-        for key in value:
-            if not isinstance(key, str):
-                raise TypeError(f"{where} has the key {key!r} ({type(key).__name__}); a training state keeps "
-                                "scheduler dicts with str keys")
-        return {key: _to_json(v, f"{where}[{key!r}]") for key, v in value.items()}
+        items = [[_to_json(key, f"{where} key {key!r}"), _to_json(v, f"{where}[{key!r}]")] for key, v in value.items()]
+        if type(value) is collections.Counter:
+            return {_COUNTER_TAG: items}
+        if type(value) is not dict:
+            raise TypeError(f"{where} is a {type(value).__name__}; a training state holds dicts and Counters")
+        if all(isinstance(key, str) for key in value):
+            return {key: v for key, (_, v) in zip(value, items)}
+        return {_ITEMS_TAG: items}
     raise TypeError(f"{where} is a {type(value).__name__}; a training state holds schedulers whose state is "
-                    "None, bool, int, float, str, lists, tuples and str-keyed dicts of these (a lambda in "
+                    "None, bool, int, float, str, lists, tuples, dicts and Counters of these (a lambda in "
                     "LambdaLR is not saved by torch either: it is rebuilt by the code that builds the scheduler)")
 
 
@@ -80,6 +87,13 @@ def _from_json(value):
             return float(text)
         if len(value) == 1 and _TUPLE_TAG in value:
             return tuple(_from_json(v) for v in value[_TUPLE_TAG])
+        if len(value) == 1 and (_ITEMS_TAG in value or _COUNTER_TAG in value):
+            tag = next(iter(value))
+            pairs = value[tag]
+            if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+                raise ValueError(f"{{{tag!r}: ...}} does not hold [key, value] pairs")
+            items = {_from_json(key): _from_json(v) for key, v in pairs}
+            return collections.Counter(items) if tag == _COUNTER_TAG else items
         return {key: _from_json(v) for key, v in value.items()}
     return value
 
