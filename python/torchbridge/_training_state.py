@@ -160,6 +160,15 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
     saved = _files.load(path)  # CPU tensors aliasing the file's private mapping: no data read yet
 
     model_state = _named_state(model)
+    on_meta = [name for name, tensor in model_state.items() if tensor.is_meta]
+    if on_meta:
+        # Their .data cannot be set to real tensors (torch: "incompatible tensor type"), and staged
+        # like them they would load nothing: a silent no-op without a device map.
+        raise ValueError(f"{path}: the model's {on_meta[0]!r}" + (f" and {len(on_meta) - 1} more" if len(on_meta) > 1
+                                                                  else "")
+                         + " are on the meta device, which holds no data to load into; make the model's tensors "
+                           "real first (model.to_empty(device='cpu')), then load the state, with a device_map to "
+                           "place them elsewhere")
     saved_names = {name[len(_MODEL):] for name in saved if name.startswith(_MODEL)}
     missing = [name for name in model_state if name not in saved_names]
     unexpected = sorted(saved_names - model_state.keys())

@@ -388,6 +388,22 @@ def test_a_file_whose_progress_metadata_is_wrong_changes_nothing(tmp_path):
         assert_same_snapshot(before, snapshot(net, optimizer))
 
 
+def test_a_model_on_the_meta_device_is_refused_with_the_way_out(tmp_path):
+    """Built under torch.device("meta"), a model "loaded" meta tensors without a device map (a
+    silent no-op) and hit torch's "incompatible tensor type" with one (found 2026-11-29)."""
+    path = checkpoint.save_state(tmp_path / "s.safetensors", make_model(1))
+    for device_map in (None, {"": "cpu"}):
+        with torch.device("meta"):
+            model = make_model(1)
+        with pytest.raises(ValueError, match="the model's 'fc1.weight' and 5 more are on the meta device, which holds "
+                                             "no data to load into; .*model.to_empty"):
+            checkpoint.load_state(path, model, device_map=device_map)
+    with torch.device("meta"):
+        model = make_model(1)
+    checkpoint.load_state(path, model.to_empty(device="cpu"))  # the way out
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), make_model(1).state_dict().values()))
+
+
 class Tied(torch.nn.Module):
     def __init__(self):
         super().__init__()
