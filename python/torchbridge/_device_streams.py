@@ -18,12 +18,18 @@ def add_streams(module, name: str, index) -> None:
                 return super().__new__(cls, priority=priority, **torch_stream_arguments)
             return super().__new__(cls, device=torch.device(name, index(device)), priority=priority)
 
-    class Event(torch.Event):
-        """An event of the device, as torch.cuda.Event (bound to a device when first recorded)."""
+    class EventType(type):
+        def __instancecheck__(cls, instance):
+            return isinstance(instance, torch.Event) and getattr(instance.device, "type", None) == name
+
+    class Event(metaclass=EventType):
+        """An event of the device, as torch.cuda.Event (bound to a device when first recorded). It
+        makes a torch.Event itself, not a subclass: torch checks the exact type where an event is
+        an argument (Event.elapsed_time, Stream.record_event: "expected other to be a torch.Event
+        object"). isinstance(e, torch.<name>.Event) holds for every event of the device."""
 
         def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
-            return super().__new__(cls, device=name, enable_timing=enable_timing, blocking=blocking,
-                                   interprocess=interprocess)
+            return torch.Event(device=name, enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
 
     class StreamContext:
         """Makes `stream` current for the `with` block (None: changes nothing), as torch.cuda's: the

@@ -507,6 +507,20 @@ def test_the_device_module_has_torch_cudas_stream_and_event_api():
         torch.emu.stream(torch.Stream(device="cpu"))
 
 
+def test_device_events_time_and_record_as_torch_cuda_events_do():
+    """torch.emu.Event was a subclass of torch.Event, and torch checks the exact type where an event
+    is an argument: start.elapsed_time(end) and stream.record_event(event), CUDA's timing pattern,
+    raised "expected other to be a torch.Event object" (found 2026-11-29)."""
+    start, end = torch.emu.Event(enable_timing=True), torch.emu.Event(enable_timing=True)
+    start.record()
+    torch.ones(64, 64, device="emu") @ torch.ones(64, 64, device="emu")
+    torch.emu.current_stream().record_event(end)
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0.0
+    assert isinstance(start, torch.emu.Event) and isinstance(start, torch.Event)
+    assert not isinstance(torch.Event("cpu"), torch.emu.Event)
+
+
 @pytest.mark.parametrize("arguments", [(8,), (8, False), (8, True, 5.0)], ids=["length", "periodic", "beta"])
 def test_kaiser_window_is_made_on_the_device_as_on_the_cpu(arguments):
     """torch.kaiser_window(device="emu") hit torch's internal assertion "DispatchStub: missing
