@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,9 +32,15 @@ const char* const kNoScaleFix =
   throw GradScalerAssertion(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, message);
 }
 
+// The scale is a float32 tensor: checked as float32 holds it. 1e-46 became 0 (gradients NaN after
+// the inf/NaN check, parameters NaN), 1e39 infinity (torch's overflow error at the first scale()).
 void check_scale_value(const char* what, double scale) {
-  TORCH_CHECK_VALUE(std::isfinite(scale) && scale > 0, "GradScaler: ", what, " must be a finite number > 0, got ",
-                    scale);
+  const bool in_float32 = scale <= std::numeric_limits<float>::max() && static_cast<float>(scale) > 0.0F;
+  TORCH_CHECK_VALUE(std::isfinite(scale) && scale > 0 && in_float32, "GradScaler: ", what,
+                    " must be a finite number > 0, got ", scale,
+                    in_float32 || !(std::isfinite(scale) && scale > 0)
+                        ? ""
+                        : " (the scale is float32, which holds about 1.4e-45 to 3.4e+38)");
 }
 void check_growth_factor(double factor) {
   TORCH_CHECK_VALUE(std::isfinite(factor) && factor > 1.0, "GradScaler: growth_factor must be a finite number > 1.0, got ",

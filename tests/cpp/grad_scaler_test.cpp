@@ -170,12 +170,16 @@ TEST(GradScaler, UpdateToANewScale) {
   expect_error([&] { scaler.update(at::full({2}, 8.0f)); }, "new_scale should be a float or a 1-element");
   expect_error([&] { scaler.update(at::full({}, 8.0f).set_requires_grad(true)); }, "requires_grad=False");
   expect_error([&] { scaler.update(-1.0); }, "new_scale must be a finite number > 0, got -1");
+  expect_error([&] { scaler.update(1e39); }, "new_scale must be a finite number > 0, got 1e+39 (the scale is float32");
 }
 
 TEST(GradScaler, NonsenseOptionsAreRefusedNamingValueAndRange) {
   expect_error([] { GradScaler({.init_scale = 0.0}); }, "init_scale must be a finite number > 0, got 0");
   expect_error([] { GradScaler({.init_scale = -2.0}); }, "init_scale must be a finite number > 0, got -2");
   expect_error([] { GradScaler({.init_scale = kInf}); }, "init_scale must be a finite number > 0, got inf");
+  // The scale is float32: 1e-46 became 0 (parameters NaN after a step), 1e39 infinity.
+  expect_error([] { GradScaler({.init_scale = 1e-46}); }, "got 1e-46 (the scale is float32, which holds about");
+  expect_error([] { GradScaler({.init_scale = 1e39}); }, "got 1e+39 (the scale is float32, which holds about");
   expect_error([] { GradScaler({.growth_factor = 1.0}); }, "growth_factor must be a finite number > 1.0, got 1");
   expect_error([] { GradScaler({.backoff_factor = 1.0}); }, "backoff_factor must be in (0, 1), got 1");
   expect_error([] { GradScaler({.backoff_factor = 0.0}); }, "backoff_factor must be in (0, 1), got 0");

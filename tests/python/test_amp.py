@@ -265,6 +265,9 @@ def test_bad_state_dicts_are_refused_naming_the_key(change, error, words):
     ({"init_scale": 0.0}, ValueError, "init_scale must be a finite number > 0, got 0"),
     ({"init_scale": -8.0}, ValueError, "init_scale must be a finite number > 0, got -8"),
     ({"init_scale": math.nan}, ValueError, "init_scale must be a finite number > 0, got nan"),
+    # The scale is float32: 1e-46 became 0 (NaN parameters after a step), 1e39 infinity.
+    ({"init_scale": 1e-46}, ValueError, "init_scale must be a finite number > 0, got 1e-46 (the scale is float32"),
+    ({"init_scale": 1e39}, ValueError, "init_scale must be a finite number > 0, got 1e+39 (the scale is float32"),
     ({"init_scale": "big"}, TypeError, "init_scale must be a float, got 'big' (str)"),
     ({"growth_factor": 1.0}, ValueError, "growth_factor must be a finite number > 1.0, got 1"),
     ({"backoff_factor": 0.0}, ValueError, "backoff_factor must be in (0, 1), got 0"),
