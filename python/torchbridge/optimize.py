@@ -204,6 +204,11 @@ class UnifiedManager:
         backend_name = None if config.backend == "auto" else config.backend
         # The Python Backend loads SDK devices and gives the torch.device; the C++ manager decides.
         self.backend = BackendFactory.create(backend_name, config.device_index, config.optimization_level)
+        if self.backend.name == "tpu":  # the C++ core said only "backend 'tpu' is not available"
+            raise NotImplementedError(
+                "UnifiedManager is not available for TPUs: its plan and precision policy are the C++ core's, which "
+                "cannot describe TPUs (torch_xla is Python-only); use TPUBackend.prepare_model(model) (O0) and "
+                "torch_xla's own tools, or TorchBridgeConfig(backend='cpu')")
         self._native = _C.UnifiedManager(json.dumps(dict(self.config.to_dict(), backend=self.backend.name)))
         self.precision = PrecisionDecision.from_json(self._native.precision_json())
         self._report = None

@@ -48,6 +48,8 @@ def decide(requested: str = "auto", backend: "str | None" = None, device_index: 
     from .backends import BackendFactory
 
     native = BackendFactory.create(backend, device_index)
+    if native.name == "tpu":  # the C++ core said only "backend 'tpu' is not available"
+        native.precision_policy(requested, device_index)  # raises, saying why
     return PrecisionDecision.from_json(_C.decide_precision(native.name, device_index, requested))
 
 

@@ -258,6 +258,46 @@ def test_a_broken_torch_xla_is_reported_and_detection_goes_on_without_tpus(tmp_p
     assert "torch_xla is installed but could not say whether this machine has TPUs (OSError: libtpu.so" in run.stderr
 
 
+def test_the_tpu_backend_has_the_backend_api_or_says_why_not(tmp_path):
+    """get_device_info(0), get_memory_stats(0) and synchronize(0) raised TypeError (no index
+    parameter); precision_policy, supports_*, empty_cache and reset_peak_memory_stats were missing
+    (AttributeError); decide() and UnifiedManager said "backend 'tpu' is not available" on a host
+    where TPUs had just been detected (found 2026-11-29)."""
+    root = _fake_torch_xla(tmp_path, "return 'TPU'")
+    (root / "torch_xla" / "core").mkdir()
+    (root / "torch_xla" / "core" / "__init__.py").write_text("")
+    (root / "torch_xla" / "core" / "xla_model.py").write_text(
+        "def get_xla_supported_devices():\n    return ['xla:0', 'xla:1']\n"
+        "def get_memory_info(device):\n    return {'bytes_used': 1024 * (1 + device.index), 'bytes_limit': 2**34}\n"
+        "def wait_device_ops():\n    pass\n")
+    program = """
+import torchbridge
+from torchbridge.backends import BackendFactory
+tpu = BackendFactory.create()
+print(tpu.get_device_info(1).name, tpu.get_memory_stats(1)["allocated_bytes"], tpu.get_memory_stats()["allocated_bytes"])
+tpu.synchronize(1)
+for call in (lambda: tpu.get_memory_stats(2), lambda: tpu.supports_bf16(), lambda: tpu.empty_cache(),
+             lambda: torchbridge.precision.decide("auto"),
+             lambda: torchbridge.UnifiedManager(torchbridge.TorchBridgeConfig(optimization_level="O0"))):
+    try:
+        call()
+    except (IndexError, NotImplementedError) as error:
+        print(type(error).__name__, error)
+"""
+    env = {key: value for key, value in os.environ.items() if key != "TORCHBRIDGE_BACKEND"}
+    env["PYTHONPATH"] = str(root)
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    assert lines[0] == "xla:1 2048 1024"
+    assert lines[1].startswith("IndexError device index 2 is out of range for backend 'tpu', which has 2 devices")
+    assert lines[2].startswith("NotImplementedError TPUBackend.supports_bf16 is not available for TPUs: the precision "
+                               "table is the C++ core's, which cannot describe TPUs")
+    assert lines[3].startswith("NotImplementedError TPUBackend.empty_cache is not available for TPUs")
+    assert lines[4].startswith("NotImplementedError TPUBackend.precision_policy is not available for TPUs")
+    assert lines[5].startswith("NotImplementedError UnifiedManager is not available for TPUs")
+
+
 def test_a_tpu_host_names_tpu_in_saved_training_states_and_refuses_an_auto_device_map(tmp_path):
     # Both used the C++ detection, which cannot see TPUs: the state said "cpu" and the auto map
     # placed every module on the CPU, silently.
