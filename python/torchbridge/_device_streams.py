@@ -16,7 +16,10 @@ def add_streams(module, name: str, index) -> None:
         def __new__(cls, device=None, priority=0, **torch_stream_arguments):
             if torch_stream_arguments:  # torch's own (stream_id, device_index, device_type) form
                 return super().__new__(cls, priority=priority, **torch_stream_arguments)
-            return super().__new__(cls, device=torch.device(name, index(device)), priority=priority)
+            chosen, count = index(device), module.device_count()
+            if not 0 <= chosen < count:  # as every other call says it (the runtime's set_device failed)
+                raise IndexError(f"device index {chosen} is out of range for '{name}' ({count} devices)")
+            return super().__new__(cls, device=torch.device(name, chosen), priority=priority)
 
     class EventType(type):
         def __instancecheck__(cls, instance):
@@ -37,6 +40,8 @@ def add_streams(module, name: str, index) -> None:
         come back at the end (torch.Stream's own context does exactly this)."""
 
         def __init__(self, stream):
+            if stream is not None and not isinstance(stream, torch.Stream):
+                raise TypeError(f"torch.{name}.stream: expected a torch.Stream or None, got {type(stream).__name__}")
             if stream is not None and stream.device.type != name:
                 raise ValueError(f"torch.{name}.stream: expected a stream of {name!r} or None, got one of "
                                  f"{stream.device}")
@@ -63,6 +68,8 @@ def add_streams(module, name: str, index) -> None:
         return torch.Stream(stream_id=0, device_index=current.device_index, device_type=current.device_type)
 
     def set_stream(stream) -> None:
+        if stream is not None and not isinstance(stream, torch.Stream):
+            raise TypeError(f"torch.{name}.set_stream: expected a torch.Stream or None, got {type(stream).__name__}")
         if stream is not None:
             torch.accelerator.set_stream(stream)
 

@@ -62,6 +62,8 @@ def computes(precision: str, backend: str, device_index: int = 0, including_emul
     # Through the Python backend first, as decide() does: it loads an SDK device into torch too
     # (the C++ call alone left "emu" registered but without torch.emu). Deciding fp32, which every
     # backend computes, returns the table of every precision.
+    if not isinstance(including_emulation, bool):  # "False" is true
+        raise TypeError(f"including_emulation must be a bool, got {including_emulation!r}")
     from .backends import BackendFactory
 
     native = BackendFactory.create(backend, device_index)
@@ -69,4 +71,4 @@ def computes(precision: str, backend: str, device_index: int = 0, including_emul
     support = next((row.support for row in table if row.precision == precision), None)
     if support is None:
         raise ValueError(f"precision must be one of {', '.join(row.precision for row in table)}, got {precision!r}")
-    return support == "native" or (bool(including_emulation) and support == "emulated")
+    return support == "native" or (including_emulation and support == "emulated")

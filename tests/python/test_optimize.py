@@ -58,6 +58,8 @@ def test_computes_reads_the_precision_table():
         assert computes(row.precision, "cpu", including_emulation=False) == (row.support == "native")
     with pytest.raises(ValueError, match="precision must be one of fp64, .*, got 'float8'"):
         computes("float8", "cpu")
+    with pytest.raises(TypeError, match="including_emulation must be a bool, got 'False'"):  # "False" was true
+        computes("fp16", "cpu", including_emulation="False")
 
 
 def test_presets_come_from_the_cpp_core():

@@ -521,6 +521,17 @@ def test_device_events_time_and_record_as_torch_cuda_events_do():
     assert not isinstance(torch.Event("cpu"), torch.emu.Event)
 
 
+def test_the_stream_api_refuses_what_is_not_a_stream_or_not_a_device():
+    """stream("x") raised AttributeError, set_stream("x") pybind's "incompatible function
+    arguments", and Stream(5) the runtime's "set_device failed" (found 2026-11-29)."""
+    with pytest.raises(TypeError, match="torch.emu.stream: expected a torch.Stream or None, got str"):
+        torch.emu.stream("x")
+    with pytest.raises(TypeError, match="torch.emu.set_stream: expected a torch.Stream or None, got str"):
+        torch.emu.set_stream("x")
+    with pytest.raises(IndexError, match="device index 5 is out of range for 'emu' \\(2 devices\\)"):
+        torch.emu.Stream(5)
+
+
 @pytest.mark.parametrize("arguments", [(8,), (8, False), (8, True, 5.0)], ids=["length", "periodic", "beta"])
 def test_kaiser_window_is_made_on_the_device_as_on_the_cpu(arguments):
     """torch.kaiser_window(device="emu") hit torch's internal assertion "DispatchStub: missing
