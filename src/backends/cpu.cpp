@@ -56,9 +56,11 @@ class CpuBackend final : public Backend {
     details.isa = system::isa_features_from_flags(cpu.flags);
 
     using c10::ScalarType;
-    info.supported_dtypes = {ScalarType::Bool,  ScalarType::Byte, ScalarType::Char,
-                             ScalarType::Short, ScalarType::Int,  ScalarType::Long,
-                             ScalarType::Float, ScalarType::Double};
+    // Complex numbers are pairs of float32/float64, which every CPU computes (emu, which computes on
+    // the CPU, listed them while the CPU itself did not).
+    info.supported_dtypes = {ScalarType::Bool,  ScalarType::Byte,   ScalarType::Char,         ScalarType::Short,
+                             ScalarType::Int,   ScalarType::Long,   ScalarType::Float,        ScalarType::Double,
+                             ScalarType::ComplexFloat, ScalarType::ComplexDouble};
     const bool native_bf16 = details.isa.avx512_bf16 || details.isa.amx_bf16 || details.isa.arm_bf16;
     const bool native_fp16 = details.isa.avx512_fp16 || details.isa.amx_fp16 || details.isa.arm_fp16;
     if (native_bf16) info.supported_dtypes.push_back(ScalarType::BFloat16);

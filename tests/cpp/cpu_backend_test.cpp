@@ -115,6 +115,8 @@ TEST(CpuBackend, Bf16AndFp16AreListedOnlyWithHardwareSupport) {
   EXPECT_EQ(listed(c10::ScalarType::Half), fp16_hw);
   EXPECT_EQ(info.features.bf16, bf16_hw);
   EXPECT_TRUE(listed(c10::ScalarType::Float));
+  // emu, which computes on the CPU, listed complex numbers while the CPU did not.
+  EXPECT_TRUE(listed(c10::ScalarType::ComplexFloat) && listed(c10::ScalarType::ComplexDouble));
   EXPECT_FALSE(listed(c10::ScalarType::Float8_e4m3fn));
   EXPECT_FALSE(info.features.fp8);
   EXPECT_FALSE(info.features.tf32);
