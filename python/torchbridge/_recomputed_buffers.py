@@ -12,9 +12,10 @@ forward pass, and what the forward pass left is put back after it.
 Copying every buffer before every forward pass would cost a step what the block's constant
 buffers (masks, position tables) weigh, so a block's first forward pass copies them all and
 notes which ones it changes (in place, which kernels such as batch_norm's do without bumping the
-version, so the values are compared; or by assigning another tensor); later ones copy only those. A buffer that changes for the first time in a later step is recomputed from a copy of the
-value the forward pass left: updated once, though a block that also reads it recomputes from the
-newer value (a warning says so)."""
+version, so the values are compared; or by assigning another tensor); later ones copy only those.
+A buffer that changes for the first time in a later step is recomputed from a copy of the value
+the forward pass left: updated once, though a block that also reads it recomputes from the newer
+value (a warning says so)."""
 
 import warnings
 
@@ -56,7 +57,8 @@ class BufferStates:
         self._changed = []
         for qualified, module, name, now in _buffers(self._block):
             then, version = seen.get(qualified, (None, None))
-            changed = qualified in self._changing.names or now is not then or (now is not None and now._version != version)
+            changed = (qualified in self._changing.names or now is not then
+                       or (now is not None and now._version != version))
             if not changed and not self._changing.learned and now is not None:
                 # Kernels write some buffers without bumping their version (batch_norm's running
                 # statistics): the first pass compares values too.

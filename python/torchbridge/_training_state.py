@@ -125,10 +125,10 @@ def load_training_state(path, model: torch.nn.Module, optimizer: "torch.optim.Op
 
     ``device_map``: None (tensors stay on the devices the model has them on), a dict of module-name
     prefix -> device (longest prefix wins, "" matches all; a prefix that matches no module or tensor
-    is an error, and so is one that places tied tensors apart), "auto" or "auto:<backend>" (top-level modules spread over the backend's devices by
-    free memory). ``dtype_policy``: "keep", "cast:<dtype>" or "convert_unsupported". ``strict=False``
-    skips model names only one side has (listed in the result); shapes and the optimizer must match
-    regardless.
+    is an error, and so is a map that places tied tensors apart), "auto" or "auto:<backend>"
+    (top-level modules spread over the backend's devices by free memory). ``dtype_policy``: "keep",
+    "cast:<dtype>" or "convert_unsupported". ``strict=False`` skips model names only one side has
+    (listed in the result); shapes and the optimizer must match regardless.
 
     A scheduler or scaler given must have been saved (a disabled scaler loads nothing, as in
     torch). Everything is checked, and every tensor is read, converted and placed, before the
@@ -259,8 +259,8 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
             set_state(previous_rng[key])
         raise
 
-    return TrainingProgress(**progress, metadata={k[len("user."):]: v for k, v in header.items() if k.startswith("user.")},
-                            source_backend=header.get("torchbridge.source_backend", ""),
+    return TrainingProgress(**progress, source_backend=header.get("torchbridge.source_backend", ""),
+                            metadata={k[len("user."):]: v for k, v in header.items() if k.startswith("user.")},
                             missing_keys=missing, unexpected_keys=unexpected, restored_rng=sorted(rng))
 
 

@@ -274,7 +274,8 @@ def test_the_tpu_backend_has_the_backend_api_or_says_why_not(tmp_path):
 import torchbridge
 from torchbridge.backends import BackendFactory
 tpu = BackendFactory.create()
-print(tpu.get_device_info(1).name, tpu.get_memory_stats(1)["allocated_bytes"], tpu.get_memory_stats()["allocated_bytes"])
+print(tpu.get_device_info(1).name, tpu.get_memory_stats(1)["allocated_bytes"],
+      tpu.get_memory_stats()["allocated_bytes"])
 tpu.synchronize(1)
 for call in (lambda: tpu.get_memory_stats(2), lambda: tpu.supports_bf16(), lambda: tpu.empty_cache(),
              lambda: torchbridge.precision.decide("auto"),
