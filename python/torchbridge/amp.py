@@ -98,6 +98,10 @@ class GradScaler:
             growth_interval = _require_integer("growth_interval", growth_interval)
         else:  # like torch, a disabled scaler ignores its other arguments
             init_scale, growth_factor, backoff_factor, growth_interval = 2.0**16, 2.0, 0.5, 2000
+        self._build(enabled, init_scale, growth_factor, backoff_factor, growth_interval)
+
+    def _build(self, enabled: bool, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
+               growth_interval=2000) -> None:
         self._core = _C._GradScaler(init_scale=init_scale, growth_factor=growth_factor,
                                     backoff_factor=backoff_factor, growth_interval=growth_interval, enabled=enabled)
         self._enabled = enabled
@@ -224,7 +228,10 @@ class GradScaler:
         return {"device": self._device, "enabled": self._enabled, "state": self.state_dict()}
 
     def __setstate__(self, state: "dict") -> None:
-        self.__init__(state["device"], enabled=state["enabled"])
+        # Not through __init__: its device check would refuse an SDK device this process has not
+        # loaded yet (yet, or at all), where torch's scaler unpickles and fails only when used.
+        self._device = state["device"]
+        self._build(state["enabled"])
         if self._enabled:
             self.load_state_dict(state["state"])
 

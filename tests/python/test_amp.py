@@ -6,6 +6,7 @@ on the CPU and on emu; misuse must raise torch's errors."""
 import math
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 # The C++ run and the torch run are two processes. MKL may pick different sgemm code paths for
@@ -228,6 +229,12 @@ def test_a_scaler_pickles_and_deep_copies_as_torchs_does(inputs):
         assert_bit_identical(scripted_run(clone, "cpu", rest), scripted_run(reference, "cpu", rest))
     disabled = pickle.loads(pickle.dumps(torchbridge.amp.GradScaler("cpu", enabled=False)))
     assert not disabled.is_enabled() and disabled.state_dict() == {}
+    # An SDK device's scaler unpickles where that device is not loaded (yet), as torch's does: the
+    # device check at unpickling refused it (found 2026-11-29).
+    blob = pickle.dumps(torchbridge.amp.GradScaler("emu", init_scale=8.0))
+    program = "import pickle, sys, torchbridge.amp; print(pickle.loads(sys.stdin.buffer.read()).get_scale())"
+    other = subprocess.run([sys.executable, "-c", program], input=blob, capture_output=True, timeout=120)
+    assert other.returncode == 0 and other.stdout.decode().strip() == "8.0", other.stderr.decode()[-2000:]
     # Mid-step (unscaled, not yet updated), as torch's.
     weight = torch.ones(2, requires_grad=True)
     optimizer = torch.optim.SGD([weight], lr=0.1)
