@@ -67,6 +67,10 @@ class SdkGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (*event == nullptr) {
       tb_event created = nullptr;
       TB_CALL(event_create, stream.device_index(), flag == c10::EventFlag::BACKEND_DEFAULT ? 1 : 0, &created);
+      // NULL is this interface's "never recorded": waits on it would return at once, unordered.
+      TORCH_CHECK(created != nullptr, "device '", runtime().table().name, "': event_create returned a NULL ",
+                  "event handle, which TorchBridge reads as an event never recorded; event handles must be ",
+                  "non-NULL (a runtime that numbers its events can hand out index + 1)");
       *event = created;
     }
     TB_CALL(event_record, static_cast<tb_event>(*event), native_stream(stream));

@@ -19,16 +19,21 @@
 #include <torchbridge/registry.h>
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/Device.h>
+#include <c10/core/DeviceType.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -44,6 +49,16 @@ std::recursive_mutex registration_mutex;
 const tb_runtime* registered_table = nullptr;
 // Set once, when the device was registered after the process's first backward pass.
 std::optional<std::string> autograd_refusal_reason;
+// The device whose registration failed after torch's registrations had begun, if one did.
+std::optional<std::string> failed_registration;
+// Each library's entry result, by path: the entry runs once per process (runtime.h).
+std::map<std::string, std::pair<const tb_runtime*, std::string>> entered;
+
+void refuse_after_a_failed_registration() {
+  TORCH_CHECK(!failed_registration, "registering SDK device '", failed_registration.value_or(""),
+              "' failed earlier in this process, after PyTorch's registrations had begun, which cannot be undone; "
+              "no SDK device can be registered in this process again: restart it");
+}
 
 // Every entry TorchBridge calls, with its offset, so a table that is too short or has a NULL
 // entry is rejected naming the entry instead of crashing later.
@@ -74,6 +89,14 @@ bool is_device_name(const std::string& name) {
 void validate_name(const std::string& name) {
   TORCH_CHECK_VALUE(is_device_name(name), "invalid device name '", name,
                     "': expected a lower-case identifier such as 'emu'");
+  // A name torch already gives a device type ("meta", "hpu") half-registered: torch refused its
+  // module, but the backend was renamed, and torch.empty(device="meta") allocated on the runtime.
+  for (int8_t type = 0; type < static_cast<int8_t>(c10::DeviceType::COMPILE_TIME_MAX_DEVICE_TYPES); ++type) {
+    const auto device_type = static_cast<c10::DeviceType>(type);
+    if (device_type == c10::DeviceType::PrivateUse1 || !c10::isValidDeviceType(device_type)) continue;
+    TORCH_CHECK_VALUE(name != c10::DeviceTypeName(device_type, /*lower_case=*/true), "invalid device name '", name,
+                      "': torch already names a device type so; choose another name");
+  }
 }
 
 void validate_table(const tb_runtime* table) {
@@ -157,6 +180,7 @@ const bool resolver_installed = [] {
 // Registers `table` under the lock; true when this call registered it (false: it already was).
 bool register_runtime_locked(const tb_runtime* table) {
   std::lock_guard<std::recursive_mutex> lock(registration_mutex);
+  refuse_after_a_failed_registration();
   validate_table(table);
   const std::string name = table->name;
   if (registered_table == table) return false;
@@ -174,8 +198,20 @@ bool register_runtime_locked(const tb_runtime* table) {
   set_runtime(table);
   const int count = runtime().device_count();
   TORCH_CHECK(count > 0, "device '", name, "' reports no devices");
+  TORCH_CHECK(count <= std::numeric_limits<c10::DeviceIndex>::max(), "device '", name, "' reports ", count,
+              " devices; PyTorch numbers at most ", int(std::numeric_limits<c10::DeviceIndex>::max()));
   const tb_device_properties first = runtime().properties(0);
 
+  // From here on torch's registrations and the registries' state cannot be undone: a failure
+  // leaves the process unable to register an SDK device again (a retry reused half-built streams:
+  // crashes, or one device's work on another's streams), which the next attempt is told.
+  struct FailureRecorder {
+    const std::string& name;
+    bool done = false;
+    ~FailureRecorder() {
+      if (!done) failed_registration = name;
+    }
+  } recorder{name};
   if (!c10::is_privateuse1_backend_registered()) c10::register_privateuse1_backend(name);
   caching_allocator().init(count);
   init_streams(count);
@@ -202,6 +238,7 @@ bool register_runtime_locked(const tb_runtime* table) {
   register_profiler_stubs();
   declare_to_backend_layer(first.vendor, first.is_real_hardware != 0);
   registered_table = table;
+  recorder.done = true;
   return true;
 }
 
@@ -229,18 +266,26 @@ bool load_device_locked(const std::string& name) {
   for (const auto& dir : search_directories()) searched += " " + dir;
   TORCH_CHECK(path.has_value(), "no device library ", library_file(name), " found (searched", searched,
               "; set ", kDevicePathEnvVar, " to add directories)");
-  DynamicLibrary library(path->c_str());  // closed again if anything below refuses it
-  TORCH_CHECK(library.loaded(), "cannot load device library ", *path, ": ", library.load_error());
-  const auto entry = library.function<tb_runtime_entry_fn>(TB_RUNTIME_ENTRY_SYMBOL);
-  TORCH_CHECK(entry != nullptr, "device library ", *path, " does not export ", TB_RUNTIME_ENTRY_SYMBOL);
-  const char* error = nullptr;
-  const tb_runtime* table = entry(&error);
-  TORCH_CHECK(table != nullptr, "device '", name, "' failed to start: ", error ? error : "(no reason given)");
+  refuse_after_a_failed_registration();
+  auto known = entered.find(*path);
+  if (known == entered.end()) {
+    DynamicLibrary library(path->c_str());  // closed again if it is not a device library
+    TORCH_CHECK(library.loaded(), "cannot load device library ", *path, ": ", library.load_error());
+    const auto entry = library.function<tb_runtime_entry_fn>(TB_RUNTIME_ENTRY_SYMBOL);
+    TORCH_CHECK(entry != nullptr, "device library ", *path, " does not export ", TB_RUNTIME_ENTRY_SYMBOL);
+    // Kept from here on, whatever follows: the entry may start threads that run the library's code
+    // (unloaded after a refused registration, such a thread crashed the process).
+    library.keep_for_process();
+    const char* error = nullptr;
+    const tb_runtime* table = entry(&error);
+    known = entered.emplace(*path, std::make_pair(table, std::string(error ? error : "(no reason given)"))).first;
+  }
+  const auto& [table, error] = known->second;
+  TORCH_CHECK(table != nullptr, "device '", name, "' failed to start: ", error,
+              " (its library's entry runs once per process: restart it to try again)");
   TORCH_CHECK(table->name != nullptr && name == table->name, "device library ", *path, " registers '",
               table->name ? table->name : "", "', not '", name, "'");
-  const bool registered = register_runtime_locked(table);
-  library.keep_for_process();  // torch now dispatches into its code
-  return registered;
+  return register_runtime_locked(table);
 }
 
 }  // namespace

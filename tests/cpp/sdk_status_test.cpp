@@ -9,6 +9,7 @@
 #include <torchbridge/sdk/runtime.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
@@ -37,11 +38,16 @@ std::atomic<bool> fail_host_free{false};
 std::atomic<bool> fail_event_create{false};
 std::atomic<bool> fail_event_query{false};
 std::atomic<bool> fail_stream_synchronize{false};
+std::atomic<bool> null_event_create{false};  // succeeds, handing out a NULL handle
 
 tb_status host_free(void* context, void* pointer) {
   return fail_host_free ? TB_ERROR_DEVICE_FAILURE : emu_table->host_free(context, pointer);
 }
 tb_status event_create(void* context, int32_t device, int32_t enable_timing, tb_event* event) {
+  if (null_event_create) {
+    *event = nullptr;
+    return TB_SUCCESS;
+  }
   return fail_event_create ? TB_ERROR_DEVICE_FAILURE : emu_table->event_create(context, device, enable_timing, event);
 }
 tb_status event_query(void* context, tb_event event) {
@@ -129,6 +135,34 @@ TEST(SdkStatus, AFailedEventQueryIsAnErrorNotACompletedEvent) {
   fail_event_query = false;
   EXPECT_NE(message.find("runtime call event_query failed"), std::string::npos) << message;
   EXPECT_NO_THROW(at::empty({16}, at::TensorOptions().device(device)));
+}
+
+// NULL is the glue's "never recorded": a runtime handing it out (one that numbers its events from
+// 0) made every wait on that event return at once, and a synchronised result read 1000 for 0.
+TEST(SdkStatus, ANullEventHandleIsRefusedNotTakenForAnEventNeverRecorded) {
+  const c10::Device device = failing_emu();
+  const c10::impl::VirtualGuardImpl guard(c10::DeviceType::PrivateUse1);
+  null_event_create = true;
+  const std::string message = error_of([&] {
+    c10::Event event(c10::DeviceType::PrivateUse1);
+    event.record(guard.getStream(device));
+  });
+  null_event_create = false;
+  EXPECT_NE(message.find("event_create returned a NULL event handle"), std::string::npos) << message;
+}
+
+// A name torch gives a device type half-registered ("meta": torch.empty(device="meta") then
+// allocated on the runtime). Refused before anything else, so this process's emu is untouched.
+TEST(SdkStatus, ARuntimeNamedLikeATorchDeviceTypeIsRefused) {
+  failing_emu();
+  for (const char* name : {"meta", "hpu", "xla", "mps"}) {
+    tb_runtime renamed = *emu_table;
+    renamed.name = name;
+    const std::string message = error_of([&] { register_runtime(&renamed); });
+    EXPECT_NE(message.find(std::string("invalid device name '") + name + "': torch already names a device type so"),
+              std::string::npos)
+        << message;
+  }
 }
 
 // The barrier every C++ runtime (emu, cudasdk) puts in front of its entries.

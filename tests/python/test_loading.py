@@ -40,6 +40,25 @@ def test_bad_device_options_are_reported():
     assert "TORCHBRIDGE_EMU_DEVICES" in result.stderr and "failed to start" in result.stderr
 
 
+def test_a_device_library_whose_start_failed_is_not_started_again_in_the_process():
+    # Its entry runs once per process (runtime.h), and the library stays loaded once it has run: a
+    # refused load once unloaded it, which crashed a runtime whose own threads still ran its code.
+    # A second load repeats the first answer rather than calling the entry again.
+    result = run_python("""
+import torchbridge
+for attempt in range(2):
+    try:
+        torchbridge.devices.load("emu")
+    except RuntimeError as error:
+        print(error)
+""", env={"TORCHBRIDGE_EMU_DEVICES": "abc"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2 and lines[0] == lines[1], lines
+    assert lines[0].startswith("device 'emu' failed to start: TORCHBRIDGE_EMU_DEVICES='abc' is not a valid device count")
+    assert lines[0].endswith("(its library's entry runs once per process: restart it to try again)")
+
+
 def test_loading_after_the_first_backward_pass_warns_that_backward_on_the_device_would_fail():
     # PyTorch's autograd engine sizes its device queues at the process's first backward pass, for the
     # devices registered then: none on a CPU machine, one per GPU on a GPU machine. emu, loaded after,

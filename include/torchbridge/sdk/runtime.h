@@ -56,7 +56,10 @@ typedef enum tb_memcpy_kind {
 } tb_memcpy_kind;
 
 typedef struct tb_stream_s* tb_stream; /* opaque, owned by the runtime */
-typedef struct tb_event_s* tb_event;   /* opaque, owned by the runtime */
+/* Opaque, owned by the runtime, and never NULL: TorchBridge reads a NULL event as one never
+ * recorded (nothing to wait for), so event_create handing out NULL is refused. A runtime that
+ * numbers its events can hand out index + 1. */
+typedef struct tb_event_s* tb_event;
 
 typedef struct tb_device_properties {
   char name[256];
@@ -121,7 +124,9 @@ typedef struct tb_runtime {
 /* The entry point a device library exports (see TB_RUNTIME_ENTRY_SYMBOL). Called once per
  * process. On failure it returns NULL and points *error_message at a static sentence saying why
  * (e.g. a bad option value); it prints nothing. The library may read its own environment
- * variables for options. The returned table lives until the process exits. */
+ * variables for options. The returned table lives until the process exits, and so does the
+ * library once its entry has run, even when registering the device fails (its threads may still
+ * run its code). device_count must be at most 127, PyTorch's largest device index + 1. */
 typedef const tb_runtime* (*tb_runtime_entry_fn)(const char** error_message);
 
 #ifdef __cplusplus
