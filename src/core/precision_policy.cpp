@@ -49,7 +49,9 @@ std::string native_half_reason(const DeviceInfo& device, bool bf16) {
   if (device.backend == "cuda") {
     return std::string("NVIDIA") + architecture_suffix(device) + " has " + dtype + " tensor cores";
   }
-  return "the device reports " + std::string(dtype) + " as a dtype its hardware computes";
+  // An SDK device reports the dtypes its glue computes in (torch's CPU kernels, for the fallback):
+  // the runtime interface carries no dtype list, so this cannot claim the chip does.
+  return "the device reports " + std::string(dtype) + " among the dtypes it computes in (c10's DeviceCapability)";
 }
 
 PrecisionCapability half_capability(const DeviceInfo& device, Precision precision) {

@@ -152,7 +152,7 @@ def test_bfloat16_support_counts_emulation_as_torch_cuda_does():
     with redirect.redirected("cpu"):
         assert torch.cuda.is_bf16_supported() is True
         assert torch.cuda.is_bf16_supported(including_emulation=False) is cpu_has_bfloat16_units()
-    with redirect.redirected("emu"):  # emu reports bfloat16 as a dtype its hardware computes
+    with redirect.redirected("emu"):  # emu reports bfloat16 among the dtypes it computes in
         assert torch.cuda.is_bf16_supported(including_emulation=False) is True
 
 
