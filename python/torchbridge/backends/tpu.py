@@ -36,12 +36,7 @@ class TPUBackend:
         self._devices = self._xm.get_xla_supported_devices()
         if not self._devices:
             raise RuntimeError("torch_xla is installed but reports no TPU device")
-        if not 0 <= device_index < len(self._devices):
-            raise IndexError(
-                f"device index {device_index} is out of range for backend 'tpu', which has "
-                f"{len(self._devices)} devices (valid indices: 0..{len(self._devices) - 1})"
-            )
-        self._index = device_index
+        self._index = self._checked_index(device_index)
 
     @property
     def name(self) -> str:
