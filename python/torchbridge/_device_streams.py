@@ -10,6 +10,10 @@ import torch
 def add_streams(module, name: str, index) -> None:
     """Adds the stream API to `module`; index(device) turns None/int/str/torch.device into an index."""
 
+    def require_stream(stream, call: str) -> None:
+        if stream is not None and not isinstance(stream, torch.Stream):
+            raise TypeError(f"torch.{name}.{call}: expected a torch.Stream or None, got {type(stream).__name__}")
+
     class Stream(torch.Stream):
         """A new stream on the device (the current device for None), as torch.cuda.Stream."""
 
@@ -40,8 +44,7 @@ def add_streams(module, name: str, index) -> None:
         come back at the end (torch.Stream's own context does exactly this)."""
 
         def __init__(self, stream):
-            if stream is not None and not isinstance(stream, torch.Stream):
-                raise TypeError(f"torch.{name}.stream: expected a torch.Stream or None, got {type(stream).__name__}")
+            require_stream(stream, "stream")
             if stream is not None and stream.device.type != name:
                 raise ValueError(f"torch.{name}.stream: expected a stream of {name!r} or None, got one of "
                                  f"{stream.device}")
@@ -68,8 +71,7 @@ def add_streams(module, name: str, index) -> None:
         return torch.Stream(stream_id=0, device_index=current.device_index, device_type=current.device_type)
 
     def set_stream(stream) -> None:
-        if stream is not None and not isinstance(stream, torch.Stream):
-            raise TypeError(f"torch.{name}.set_stream: expected a torch.Stream or None, got {type(stream).__name__}")
+        require_stream(stream, "set_stream")
         if stream is not None:
             torch.accelerator.set_stream(stream)
 

@@ -155,6 +155,11 @@ def checkpoint_sequential(functions, segments, input, use_reentrant=None, **kwar
     return run(begin, len(functions))(input)
 
 
+def _check_learning_rate(lr) -> None:
+    if not 0.0 <= lr:  # NaN fails too
+        raise ValueError(f"Invalid learning rate: {lr}")
+
+
 class _OffloadedAdamFamily:
     """Adam/AdamW with its state and float32 master weights in pinned host memory, stepped on the CPU
     by torch's C++ optimizer; gradients are copied down and parameters up on a side stream, bucket by
@@ -195,8 +200,7 @@ class _OffloadedAdamFamily:
         if not 0 < size < 2**63:
             raise ValueError(f"{type(self).__name__}: bucket_bytes must be positive and below 2**63, got {size}")
         # torch.optim.Adam's checks and words (ValueError; the C++ optimizer's were RuntimeErrors).
-        if not 0.0 <= lr:
-            raise ValueError(f"Invalid learning rate: {lr}")
+        _check_learning_rate(lr)
         if not 0.0 <= eps:
             raise ValueError(f"Invalid epsilon value: {eps}")
         for index, beta in enumerate((beta1, beta2)):
@@ -218,8 +222,7 @@ class _OffloadedAdamFamily:
     @lr.setter
     def lr(self, value) -> None:
         value = float(value)
-        if not 0.0 <= value:  # the constructor's check: NaN made every parameter NaN at the next step
-            raise ValueError(f"Invalid learning rate: {value}")
+        _check_learning_rate(value)  # the constructor's check: NaN made every parameter NaN at the next step
         self._impl.set_lr(value)
         self._lr = value
 
