@@ -8,6 +8,7 @@
 #include <torchbridge/device_info.h>
 
 #include <ATen/ops/sum.h>
+#include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
@@ -36,8 +37,8 @@ constexpr const char* kHelp = R"(usage: torchbridge checkpoint COMMAND ...
                                      without reading tensor data
   verify PATH                        full validation, reading every tensor; exit 0 valid, 1 invalid
   convert IN OUT [--dtype DTYPE] [--shard-size SIZE]
-                                     rewrite IN (safetensors, or a torch.save state dict: .pt,
-                                     .pth, .bin) as OUT (atomically), casting floating-point tensors
+                                     rewrite IN (safetensors, or a torch.save state dict, told
+                                     by its content) as OUT (atomically), casting floating-point tensors
                                      to DTYPE (float32, float16, bfloat16, float64); with a shard
                                      size (e.g. 500MB, 2GiB) OUT is a directory of shards + index
 
@@ -48,10 +49,6 @@ holding model.safetensors.index.json or model.safetensors.
 int print_help() {
   std::cout << kHelp;
   return 0;
-}
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 c10::ScalarType parse_float_dtype(const std::string& text) {
@@ -128,6 +125,19 @@ int verify(const std::vector<std::string>& args) {
   }
 }
 
+// IN was not told to be a torch.save file, so it is read as safetensors; a single file that is
+// neither says so, since the reader alone would only name what its header lacks.
+checkpoint::Checkpoint open_as_safetensors(const std::string& in) {
+  std::error_code no_file;
+  if (in.ends_with(".json") || !std::filesystem::is_regular_file(in, no_file)) return checkpoint::Checkpoint::open(in);
+  try {
+    return checkpoint::Checkpoint::open(in);
+  } catch (const c10::ValueError& error) {
+    TORCH_CHECK_VALUE(false, error.msg(), " (read as safetensors: it does not begin as a torch.save file does, ",
+                      "with a zip archive or a pickle, either)");
+  }
+}
+
 int convert(const std::vector<std::string>& args) {
   const ParsedArguments parsed = parse_arguments("checkpoint convert", args, {{}, {"--dtype", "--shard-size"}, true});
   if (parsed.has("--help")) return print_help();
@@ -139,13 +149,14 @@ int convert(const std::vector<std::string>& args) {
   const std::string& in = parsed.positional[0];
   const std::string& out = parsed.positional[1];
   if (out.empty()) throw UsageError("checkpoint convert: OUT is empty; expected a file or directory path");
-  const bool from_torch_save = ends_with(in, ".pt") || ends_with(in, ".pth") || ends_with(in, ".bin");
+  // By the file's first bytes: torch.save files come named .pt, .pth, .bin, .ckpt or .tar.
+  const bool from_torch_save = checkpoint::is_torch_save_file(in);
   // Rewriting a safetensors file or a sharded directory in place is safe (the input stays mapped
   // while the new files replace it atomically). Anything else written over its input destroys it:
   // a torch.save file would become a safetensors file torch.load refuses, an index a binary file.
   std::error_code no_file;
   if (std::filesystem::is_regular_file(out, no_file) && std::filesystem::equivalent(in, out, no_file) &&
-      (from_torch_save || ends_with(in, ".json"))) {
+      (from_torch_save || in.ends_with(".json"))) {
     throw UsageError("checkpoint convert: OUT '" + out + "' is the input itself, which is no safetensors file; " +
                      "write the conversion to another path");
   }
@@ -159,7 +170,7 @@ int convert(const std::vector<std::string>& args) {
                      "', which a sharded write replaces (the other shards would be deleted); convert the " +
                      "directory or its index, or write to another directory");
   }
-  if (!shard_size && ends_with(out, ".json")) {
+  if (!shard_size && out.ends_with(".json")) {
     throw UsageError("checkpoint convert: OUT '" + out + "' names a JSON file; a single safetensors file needs " +
                      "another name (an index is written with --shard-size, OUT a directory)");
   }
@@ -181,7 +192,7 @@ int convert(const std::vector<std::string>& args) {
       tensor = tensor.clone();
     }
   } else {
-    const auto input = checkpoint::Checkpoint::open(in);
+    const auto input = open_as_safetensors(in);
     metadata = input.metadata();
     for (const auto& name : input.names()) tensors.emplace_back(name, input.load(name));
   }

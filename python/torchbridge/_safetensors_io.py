@@ -71,7 +71,8 @@ def save(path: str, tensors: "dict[str, torch.Tensor]", metadata: "dict[str, str
          max_shard_size: "int | str | None" = None) -> "list[str]":
     """Writes `tensors` atomically; with `max_shard_size` (bytes or e.g. "500MB"), `path` is a
     directory of Hugging Face shards plus index. Tensors whose bytes overlap (tied weights) are
-    refused."""
+    refused. Returns the paths of the files written (shards, then the index), each `path` or
+    under it, so that every entry opens as it stands."""
     path = check_path(path)
     _check_arguments(tensors, metadata)
     limit = _shard_limit(max_shard_size)
@@ -80,7 +81,9 @@ def save(path: str, tensors: "dict[str, torch.Tensor]", metadata: "dict[str, str
     # cannot carry: resolved here, the file holds the values the tensor has.
     items = [(name, to_dlpack(t.detach().cpu().resolve_conj().resolve_neg().contiguous()))
              for name, t in tensors.items()]
-    return list(_C.checkpoint_save(path, items, dict(metadata or {}), limit))
+    written = _C.checkpoint_save(path, items, dict(metadata or {}), limit)
+    # The C++ save_sharded answers file names within the directory, as its header says.
+    return [os.path.join(path, name) for name in written] if limit else list(written)
 
 
 def _check_arguments(tensors, metadata) -> None:

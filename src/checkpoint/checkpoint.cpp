@@ -88,7 +88,8 @@ uint64_t parse_size(const std::string& text) {
   const auto parsed = std::from_chars(text.data(), text.data() + digits, number);
   TORCH_CHECK_VALUE(parsed.ec == std::errc(), "invalid size '", text, "': more than 2^64 bytes");
   const std::string unit = text.substr(digits);
-  const std::pair<const char*, uint64_t> units[] = {{"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000'000},
+  // "kB" is the SI spelling of a kilobyte, which transformers' max_shard_size also reads.
+  const std::pair<const char*, uint64_t> units[] = {{"", 1}, {"B", 1}, {"KB", 1000}, {"kB", 1000}, {"MB", 1000'000},
                                                      {"GB", 1000'000'000}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20},
                                                      {"GiB", 1ull << 30}};
   for (const auto& [name, factor] : units) {
@@ -99,7 +100,12 @@ uint64_t parse_size(const std::string& text) {
       return number * factor;
     }
   }
-  TORCH_CHECK_VALUE(false, "invalid size '", text, "': unknown unit '", unit, "' (use B, KB, MB, GB, KiB, MiB or GiB)");
+  // transformers reads "5Gb" as gigabits (an eighth of "5GB"): guessing either way would be a wrong size.
+  TORCH_CHECK_VALUE(!unit.ends_with('b'), "invalid size '", text, "': unit '", unit,
+                    "' ends in a lowercase b, which reads as bits; write B for bytes (e.g. ", text.substr(0, digits),
+                    unit.substr(0, unit.size() - 1), "B)");
+  TORCH_CHECK_VALUE(false, "invalid size '", text, "': unknown unit '", unit,
+                    "' (use B, kB or KB, MB, GB, KiB, MiB or GiB)");
 }
 
 Checkpoint Checkpoint::open(const std::string& path) {

@@ -1,6 +1,7 @@
 // Reading: the whole file is mapped privately (copy-on-write), so CPU tensors can alias it with
 // no copy and writes to them never reach the file. Nothing but the header is read on open.
 #include "checkpoint/safetensors_header.h"
+#include "checkpoint/torch_save_signature.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
@@ -31,10 +32,11 @@ bool starts_with(const uint8_t* bytes, uint64_t size, std::string_view prefix) {
 // For a file whose first bytes are no safetensors header: the files most often mistaken for one are
 // named (their first bytes read as a length of petabytes otherwise). Returns for any other file.
 void refuse_a_file_of_another_kind(const std::string& path, const uint8_t* bytes, uint64_t size) {
-  TORCH_CHECK_VALUE(!starts_with(bytes, size, "PK\x03\x04"), path,
+  const auto* text = reinterpret_cast<const char*>(bytes);
+  TORCH_CHECK_VALUE(!begins_as_zip_archive(text, size), path,
                     ": is a zip archive (torch.save's format), not a safetensors file; torch.load reads it, and "
                     "`torchbridge checkpoint convert` turns it into safetensors");
-  TORCH_CHECK_VALUE(!(bytes[0] == 0x80 && bytes[1] >= 2 && bytes[1] <= 5), path,
+  TORCH_CHECK_VALUE(!begins_as_pickle(text, size), path,
                     ": is a Python pickle (torch.save's legacy format), not a safetensors file");
   // What a repository cloned without git-lfs holds in place of each large file.
   TORCH_CHECK_VALUE(!starts_with(bytes, size, "version https://git-lfs"), path,

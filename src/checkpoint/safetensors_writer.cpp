@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -40,8 +41,8 @@ void check_utf8(const std::string& path, const char* what, const std::string& te
 // two checkpoints of one name, which readers tell apart differently (transformers reads the single
 // file, Checkpoint::open refuses to guess).
 void refuse_beside_an_index(const std::string& path) {
-  const std::string suffix = ".safetensors";
-  if (path.size() < suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) return;
+  const std::string_view suffix = ".safetensors";
+  if (!path.ends_with(suffix)) return;
   const std::string index = path.substr(0, path.size() - suffix.size()) + kIndexSuffix;
   std::error_code no_file;
   TORCH_CHECK_VALUE(!std::filesystem::exists(index, no_file), path, ": ", index,
@@ -54,9 +55,8 @@ void refuse_beside_an_index(const std::string& path) {
 // index name (save("dir/model.safetensors.index.json", ...)) it replaced the index, leaving the
 // shards unreadable.
 void refuse_a_json_name(const std::string& path) {
-  const std::string json = ".json";
-  TORCH_CHECK_VALUE(path.size() < json.size() || path.compare(path.size() - json.size(), json.size(), json) != 0,
-                    path, ": names a JSON file; a single safetensors file needs another name (a sharded save, with a "
+  TORCH_CHECK_VALUE(!path.ends_with(".json"), path,
+                    ": names a JSON file; a single safetensors file needs another name (a sharded save, with a "
                     "shard size, writes its index itself, into the directory it is given)");
 }
 

@@ -8,6 +8,7 @@
 #include <torchbridge/checkpoint/checkpoint.h>
 
 #include "checkpoint/pickle.h"
+#include "checkpoint/torch_save_signature.h"
 
 #include <ATen/ops/empty.h>
 #include <c10/core/CPUAllocator.h>
@@ -16,12 +17,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -77,9 +80,7 @@ class TorchSaveReader {
     TORCH_CHECK_VALUE(in.good(), path, ": cannot open");
     char start[2] = {};
     in.read(start, 2);
-    // The legacy format (torch < 1.6, or _use_new_zipfile_serialization=False) is a bare pickle.
-    // Its first bytes are the pickle's PROTO opcode and protocol (torch.save's pickle_protocol, 2-5).
-    TORCH_CHECK_VALUE(!(start[0] == '\x80' && start[1] >= 2 && start[1] <= 5), path,
+    TORCH_CHECK_VALUE(!begins_as_pickle(start, static_cast<size_t>(in.gcount())), path,
                       ": a torch.save file in the legacy format (torch < 1.6 or "
                       "_use_new_zipfile_serialization=False), which is not read; re-save it with a current torch.save");
     try {
@@ -260,6 +261,16 @@ std::vector<std::pair<std::string, at::Tensor>> read_torch_save(const std::strin
   size_t visited = 0;
   flatten(path, *root, "", 0, tensors, visited);
   return tensors;
+}
+
+bool is_torch_save_file(const std::string& path) {
+  std::error_code no_file;
+  if (!std::filesystem::is_regular_file(path, no_file)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char start[4] = {};
+  in.read(start, sizeof start);
+  const auto size = static_cast<size_t>(in.gcount());
+  return begins_as_zip_archive(start, size) || begins_as_pickle(start, size);
 }
 
 }  // namespace torchbridge::checkpoint

@@ -247,6 +247,10 @@ TEST(Checkpoint, ShardSizesAreParsedStrictly) {
   const std::string overflow = error_of([] { parse_size("17179869184GiB"); });
   EXPECT_NE(overflow.find("invalid size '17179869184GiB'"), std::string::npos) << overflow;
   EXPECT_NE(error_of([] { parse_size("12XB"); }).find("unknown unit 'XB'"), std::string::npos);
+  EXPECT_EQ(parse_size("2kB"), 2000u);  // the SI spelling, as transformers reads it
+  // transformers reads a lowercase b as bits (an eighth): refused rather than read either way.
+  EXPECT_EQ(error_of([] { parse_size("5Gb"); }),
+            "invalid size '5Gb': unit 'Gb' ends in a lowercase b, which reads as bits; write B for bytes (e.g. 5GB)");
 }
 
 std::string deeply_nested(int levels) {

@@ -1,5 +1,7 @@
 """torchbridge.checkpoint: the C++ reader/writer from Python, against the Python safetensors package."""
 
+import os
+
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -28,7 +30,8 @@ def test_subset_device_and_sharding(tmp_path):
     torchbridge.devices.load("emu")
     tensors = {f"w{i}": torch.randn(32, 32) for i in range(4)}
     written = checkpoint.save(tmp_path / "shards", tensors, max_shard_size="9KB")
-    assert "model.safetensors.index.json" in written and len(written) == 3
+    assert written[-1] == str(tmp_path / "shards" / "model.safetensors.index.json") and len(written) == 3
+    assert all(os.path.isfile(path) for path in written)  # each entry opens as it stands
     subset = checkpoint.load(tmp_path / "shards", names=["w3"], device="emu:1")
     assert list(subset) == ["w3"] and subset["w3"].device == torch.device("emu:1")
     assert torch.equal(subset["w3"].cpu(), tensors["w3"])

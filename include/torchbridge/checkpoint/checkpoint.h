@@ -65,14 +65,19 @@ std::vector<std::string> save_sharded(const std::string& directory,
 // file and the entry; no Python code is ever run. The legacy pre-zip format is refused.
 std::vector<std::pair<std::string, at::Tensor>> read_torch_save(const std::string& path);
 
+// Whether `path` is a regular file that begins as torch.save writes one (a zip archive, or the
+// legacy format's pickle), whatever its name: how `checkpoint convert` picks its reader.
+bool is_torch_save_file(const std::string& path);
+
 // The names a float8 tensor's dequantization factor is stored under: `<name>_scale` in
 // compressed-tensors' files, `<name>_scale_inv` (the inverse of the quantizing scale) in
 // DeepSeek-V3's, transformers' fine-grained FP8, Transformer Engine's and this project's fp8.h.
 // Both hold the factor that turns the stored values back into real ones; the first found is used.
 inline constexpr std::array<std::string_view, 2> kFp8ScaleSuffixes = {"_scale", "_scale_inv"};
 
-// Parses sizes such as "5GB", "500MB", "10MiB" or "1048576" (GB/MB/KB are powers of 1000 as
-// Hugging Face uses them; GiB/MiB/KiB powers of 1024).
+// Parses sizes such as "5GB", "500MB", "10MiB" or "1048576" (GB/MB/KB or kB are powers of 1000
+// as Hugging Face uses them; GiB/MiB/KiB powers of 1024). A unit ending in a lowercase b ("5Gb",
+// bits to transformers) is refused.
 uint64_t parse_size(const std::string& text);
 
 }  // namespace torchbridge::checkpoint
