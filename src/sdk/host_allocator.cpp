@@ -3,7 +3,13 @@
 #include "sdk/runtime_handle.h"
 #include "sdk/stream_registry.h"
 
+#include <ATen/core/CachingHostAllocator.h>
+#include <c10/core/DeviceType.h>
+
 #include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -31,8 +37,11 @@ class SdkHostAllocator final : public HostAllocator {
     reap();
     void* pointer = nullptr;
     if (bytes > 0) {
+      const auto start = std::chrono::steady_clock::now();
       TB_CALL(host_malloc, bytes, &pointer);
+      stats_.host_alloc_time.increase(microseconds_since(start));
       blocks_[static_cast<char*>(pointer)] = HostBlock{bytes, false, {}, kFirstPrune};
+      count_allocation(bytes);
     }
     return c10::DataPtr(pointer, pointer, &delete_host_block, c10::Device(c10::kCPU));
   }
@@ -46,10 +55,63 @@ class SdkHostAllocator final : public HostAllocator {
     return find(pointer) != blocks_.end();
   }
 
-  void record_use(const void* pointer, const c10::Stream& stream) override {
+  void record_use(const void* pointer, const c10::Stream& stream) override { keep_until_done(pointer, stream); }
+
+  // torch's name for record_use; `context` is the DataPtr's, which for these blocks is the pointer.
+  bool record_event(void* pointer, void* /*context*/, c10::Stream stream) override {
+    return keep_until_done(pointer, stream);
+  }
+
+  // Freed blocks are returned to the runtime as soon as their copies complete, so nothing waits in
+  // a cache; what this returns is every freed block whose copies have completed since.
+  void empty_cache() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reap();
+  }
+
+  at::HostStats get_stats() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  void reset_accumulated_stats() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto* stat : {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes}) {
+      stat->reset_accumulated();
+    }
+    stats_.host_alloc_time.reset_accumulated();
+    stats_.host_free_time.reset_accumulated();
+    stats_.num_host_alloc = 0;
+    stats_.num_host_free = 0;
+    std::fill(stats_.bucket_allocation.begin(), stats_.bucket_allocation.end(), 0);
+  }
+
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto* stat : {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes}) {
+      stat->reset_peak();
+    }
+    stats_.host_alloc_time.reset_peak();
+    stats_.host_free_time.reset_peak();
+  }
+
+  void release(void* pointer) {
+    if (pointer == nullptr) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.find(static_cast<char*>(pointer));
+    if (it == blocks_.end()) return;
+    it->second.freed = true;
+    stats_.active_requests.decrease(1);
+    stats_.active_bytes.decrease(it->second.size);
+    reap();
+  }
+
+ private:
+  // Whether `pointer` lies in a live block, which then waits for the work queued on `stream`.
+  bool keep_until_done(const void* pointer, const c10::Stream& stream) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = find(pointer);
-    if (it == blocks_.end()) return;
+    if (it == blocks_.end()) return false;
     // A pinned buffer that lives on (a staging buffer reused for every batch) would otherwise keep
     // one event per copy: 200,000 copies held 53 MiB, and every allocation walked them all.
     // Completed events are dropped whenever the list doubles, so each copy pays O(1) on average.
@@ -66,18 +128,24 @@ class SdkHostAllocator final : public HostAllocator {
     TB_CALL(event_create, stream.device_index(), 0, &event);
     TB_CALL(event_record, event, native_stream(stream));
     block.uses.push_back(event);
+    return true;
   }
 
-  void release(void* pointer) {
-    if (pointer == nullptr) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = blocks_.find(static_cast<char*>(pointer));
-    if (it == blocks_.end()) return;
-    it->second.freed = true;
-    reap();
+  static int64_t microseconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
   }
 
- private:
+  // As torch's caching host allocators count: a block is active from its allocation to its free,
+  // and held from the runtime (allocations, allocated_bytes) until it is returned.
+  void count_allocation(size_t bytes) {
+    ++stats_.num_host_alloc;
+    for (auto* stat : {&stats_.active_requests, &stats_.allocations}) stat->increase(1);
+    for (auto* stat : {&stats_.active_bytes, &stats_.allocated_bytes}) stat->increase(bytes);
+    // torch's buckets are powers of two, indexed by the bits a block's size needs.
+    const size_t bucket = std::min<size_t>(std::bit_width(bytes - 1), stats_.bucket_allocation.size() - 1);
+    ++stats_.bucket_allocation[bucket];
+  }
+
   std::map<char*, HostBlock>::iterator find(const void* pointer) {
     const char* p = static_cast<const char*>(pointer);
     auto it = blocks_.upper_bound(const_cast<char*>(p));
@@ -104,13 +172,19 @@ class SdkHostAllocator final : public HostAllocator {
         continue;
       }
       for (tb_event event : block.uses) TB_CALL_OR_WARN(event_destroy, event);
+      const auto start = std::chrono::steady_clock::now();
       TB_CALL_OR_WARN(host_free, it->first);
+      stats_.host_free_time.increase(microseconds_since(start));
+      ++stats_.num_host_free;
+      stats_.allocations.decrease(1);
+      stats_.allocated_bytes.decrease(block.size);
       it = blocks_.erase(it);
     }
   }
 
   std::mutex mutex_;
   std::map<char*, HostBlock> blocks_;
+  at::HostStats stats_;
 };
 
 SdkHostAllocator& instance() {
@@ -125,5 +199,7 @@ void delete_host_block(void* pointer) {
 }  // namespace
 
 HostAllocator& host_allocator() { return instance(); }
+
+void register_host_allocator() { at::setHostAllocator(c10::DeviceType::PrivateUse1, &instance()); }
 
 }  // namespace torchbridge::sdk

@@ -9,6 +9,7 @@
 #include "sdk/generator.h"
 #include "sdk/guard_impl.h"
 #include "sdk/hooks.h"
+#include "sdk/host_allocator.h"
 #include "sdk/in_place_fallback.h"
 #include "sdk/registration.h"
 #include "sdk/runtime_handle.h"
@@ -218,6 +219,7 @@ bool register_runtime_locked(const tb_runtime* table) {
   init_generators(count);
   init_host_addressable(count);
   c10::SetAllocator(c10::DeviceType::PrivateUse1, &caching_allocator());
+  register_host_allocator();
   static auto* guard_registrar =
       new c10::impl::DeviceGuardImplRegistrar(c10::DeviceType::PrivateUse1, make_guard_impl());
   (void)guard_registrar;

@@ -4,6 +4,7 @@
 #include <torchbridge/sdk/device.h>
 
 #include <ATen/ATen.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <gtest/gtest.h>
 
 #include "collect_warnings.h"
@@ -364,6 +365,34 @@ TEST(Sdk, MixingDevicesIsAnErrorNotASilentHostComputation) {
   EXPECT_NE(error_of([&] { at::add(on_emu, on_second); }).find("same device"), std::string::npos);
   // A 0-dim CPU tensor is a scalar and allowed, as on CUDA.
   EXPECT_EQ(at::add(on_emu, at::scalar_tensor(2.0)).sum().item<float>(), 12.0f);
+}
+
+// torch.accelerator.empty_host_cache() and C++ code asking torch for the device's host allocator
+// read at::getHostAllocator(PrivateUse1), which nothing set: a null pointer, SIGSEGV.
+TEST(Sdk, PinnedMemoryIsTorchsHostAllocatorForTheDeviceAndCountsWhatItHolds) {
+  const c10::Device device = emu();
+  at::HostAllocator* allocator = at::getHostAllocator(c10::DeviceType::PrivateUse1);
+  ASSERT_NE(allocator, nullptr);
+  allocator->reset_accumulated_stats();
+  const at::HostStats before = allocator->get_stats();
+  at::Tensor pinned = at::ones({1000}).pin_memory(device);  // 4,000 bytes
+  ASSERT_TRUE(pinned.is_pinned());
+  const at::HostStats held = allocator->get_stats();
+  EXPECT_EQ(held.active_bytes.current - before.active_bytes.current, 4000);
+  EXPECT_EQ(held.active_requests.current - before.active_requests.current, 1);
+  EXPECT_EQ(held.num_host_alloc, 1);
+  EXPECT_EQ(held.bucket_allocation[12], 1);  // 4,000 bytes fit the 4,096-byte bucket, as torch's do
+  const c10::Stream stream(c10::Stream::DEFAULT, device);
+  EXPECT_TRUE(allocator->record_event(pinned.data_ptr(), nullptr, stream));
+  const at::Tensor unpinned = at::ones({4});
+  EXPECT_FALSE(allocator->record_event(unpinned.data_ptr(), nullptr, stream));
+  pinned.reset();  // freed; held from the runtime until the stream passes the recorded use
+  c10::impl::VirtualGuardImpl(c10::DeviceType::PrivateUse1).synchronizeStream(stream);
+  allocator->empty_cache();
+  const at::HostStats after = allocator->get_stats();
+  EXPECT_EQ(after.active_bytes.current, before.active_bytes.current);
+  EXPECT_EQ(after.allocated_bytes.current, before.allocated_bytes.current);
+  EXPECT_EQ(after.num_host_free, 1);
 }
 
 TEST(Sdk, GuardedDeviceMemoryIsNotHostReadable) {

@@ -287,6 +287,28 @@ def test_a_pinned_buffer_reused_for_many_copies_holds_no_memory_per_copy():
     assert grown_mib < 5, f"the process grew by {grown_mib:.1f} MiB over 60,000 copies"
 
 
+def test_torch_accelerators_memory_api_serves_the_device_as_its_device_module_does():
+    # torch.accelerator.empty_host_cache() read the host allocator torch keeps per device type,
+    # which nothing had set for PrivateUse1: SIGSEGV. A fresh process, so a crash is reported.
+    program = textwrap.dedent("""
+        import torch, torchbridge
+        torchbridge.devices.load("emu")
+        pinned = torch.ones(1000).pin_memory()
+        target = torch.empty(1000, device="emu")
+        target.copy_(pinned, non_blocking=True)
+        del pinned
+        torch.accelerator.synchronize()
+        torch.accelerator.empty_host_cache()
+        torch.accelerator.empty_cache()
+        assert torch.accelerator.memory_allocated() == torch.emu.memory_allocated() > 0
+        assert torch.accelerator.memory_stats() == torch.emu.memory_stats()
+        assert torch.equal(target.cpu(), torch.ones(1000))
+        print("done")
+    """)
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.split() == ["done"], (result.returncode, result.stderr)
+
+
 def test_dropout_draws_from_the_devices_generator_as_on_torchs_own_devices():
     """native_dropout takes no generator argument, so through the CPU fallback it drew from the CPU's
     default generator (found 2026-11-28): torch.emu.manual_seed did not decide it, and it consumed
