@@ -309,6 +309,46 @@ def test_torch_accelerators_memory_api_serves_the_device_as_its_device_module_do
     assert result.returncode == 0 and result.stdout.split() == ["done"], (result.returncode, result.stderr)
 
 
+@pytest.mark.parametrize("dims", [1, 2, 3])
+@pytest.mark.parametrize("transposed", [False, True], ids=["conv", "conv_transpose"])
+def test_convolution_results_are_laid_out_as_torchs_fake_tensors_predict(dims, transposed):
+    # torch.compile traces with fake tensors, which give a device like this one's convolutions a
+    # contiguous result; the SDK kernel returned the CPU kernel's channels-last layout, and a
+    # compiled CNN's flatten then failed ("view size is not compatible ...").
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    torch.manual_seed(0)
+    channels_last = {2: torch.channels_last, 3: torch.channels_last_3d}.get(dims, torch.contiguous_format)
+    weight_shape = (3, 4) + (3,) * dims if transposed else (4, 3) + (3,) * dims
+    weight = torch.randn(weight_shape).contiguous(memory_format=channels_last)
+    source = torch.randn((2, 3) + (6,) * dims).contiguous(memory_format=channels_last)
+    convolve = getattr(torch.nn.functional, f"conv_transpose{dims}d" if transposed else f"conv{dims}d")
+    x = source.to("emu").requires_grad_()
+    w = weight.to("emu").requires_grad_()
+    fake = FakeTensorMode()
+    fake_x, fake_w = fake.from_tensor(x), fake.from_tensor(w)
+    with fake:
+        predicted = convolve(fake_x, fake_w)
+    result = convolve(x, w)
+    assert result.stride() == predicted.stride()
+    result.backward(torch.ones_like(result))
+    x_cpu, w_cpu = source.clone().requires_grad_(), weight.clone().requires_grad_()
+    convolve(x_cpu, w_cpu).backward(torch.ones_like(result.cpu()))
+    torch.testing.assert_close(result.cpu(), convolve(source, weight))
+    torch.testing.assert_close(x.grad.cpu(), x_cpu.grad)
+    torch.testing.assert_close(w.grad.cpu(), w_cpu.grad)
+
+
+def test_a_compiled_cnn_with_channels_last_weights_runs_on_the_device_as_on_the_cpu():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 16)).eval()
+    model = model.to(memory_format=torch.channels_last)
+    x = torch.randn(4, 3, 8, 8)
+    expected = model(x)
+    compiled = torch.compile(copy.deepcopy(model).to("emu"), backend="aot_eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x.to("emu")).cpu(), expected)
+
+
 def test_dropout_draws_from_the_devices_generator_as_on_torchs_own_devices():
     """native_dropout takes no generator argument, so through the CPU fallback it drew from the CPU's
     default generator (found 2026-11-28): torch.emu.manual_seed did not decide it, and it consumed
