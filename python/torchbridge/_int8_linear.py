@@ -9,7 +9,7 @@ matmul, which is why the plan applies this only when the precision is bf16 (READ
 
 import torch
 
-from ._module_swap import replace_layers
+from ._module_swap import hooks_reason, replace_layers
 
 _INT8_MAX = 127
 # torch's CPU _weight_int8pack_mm handles in_features in multiples of 16 only. Otherwise, measured
@@ -47,6 +47,13 @@ class Int8WeightOnlyLinear(torch.nn.Module):
         self.register_buffer("scale", scale.to(compute_dtype))
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().to(compute_dtype))
 
+    @property
+    def weight(self) -> torch.Tensor:
+        """The weight the layer computes with, dequantized (a new tensor each time, not a
+        parameter): for code that reads a Linear's weight instead of calling it, as
+        nn.TransformerEncoderLayer does to choose its fused path (AttributeError without it)."""
+        return self.weight_int8.to(self.scale.dtype) * self.scale[:, None]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         leading = x.shape[:-1]
         flat = x.reshape(-1, self.in_features).to(self.scale.dtype)
@@ -70,7 +77,7 @@ def quantize_linear_weights(model: torch.nn.Module,
     def replacement_for(name, parent, child):
         if type(child) is not torch.nn.Linear:  # subclasses may change forward: left alone
             return None
-        reason = unsupported_reason(child)
+        reason = unsupported_reason(child) or hooks_reason(child)
         if reason is not None:
             skipped.append((name, reason))
             return None

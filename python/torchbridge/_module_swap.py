@@ -32,3 +32,16 @@ def replace_layers(model: nn.Module,
             if replacement is not None:
                 setattr(parent, child_name, replacement)
     return aliases
+
+
+def hooks_reason(module: nn.Module) -> Optional[str]:
+    """Why a layer holding hooks is left as it is, or None when it holds none: a replacement is a
+    new module, so the hooks would silently stop running (a pre-hook that changed the layer's
+    input changed the model's output when it was dropped)."""
+    held = [name for name, hooks in (("forward hooks", module._forward_hooks),
+                                     ("forward pre-hooks", module._forward_pre_hooks),
+                                     ("backward hooks", module._backward_hooks),
+                                     ("backward pre-hooks", module._backward_pre_hooks)) if hooks]
+    if not held:
+        return None
+    return f"it has {' and '.join(held)}, which a replacement layer would not run; remove them to convert it"

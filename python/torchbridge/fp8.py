@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from . import _C
-from ._module_swap import replace_layers
+from ._module_swap import hooks_reason, replace_layers
 
 __all__ = ["Fp8Linear", "Fp8ConversionReport", "checkpoint_contexts", "convert_to_fp8", "matmul_kernel"]
 
@@ -265,7 +265,7 @@ def convert_to_fp8(model: nn.Module, *, amax_history_length: int = 16, margin: i
     def replacement_for(name, parent, child):
         if not isinstance(child, nn.Linear):
             return None
-        reason = _skip_reason(parent, child)
+        reason = _skip_reason(parent, child) or hooks_reason(child)
         if reason is None and module_filter_fn is not None and not module_filter_fn(child, name):
             reason = "excluded by module_filter_fn"
         if reason is not None:

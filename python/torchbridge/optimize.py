@@ -24,7 +24,7 @@ from torch.utils import _pytree as pytree
 from torch.utils.dlpack import to_dlpack
 
 from . import _C
-from ._forward_wrapping import wrap_forward
+from ._forward_wrapping import WrappedForward, wrap_forward
 from ._int8_linear import quantize_linear_weights
 from ._outputs import eval_mode, flatten
 from ._recomputed_buffers import BufferStates, ChangingBuffers
@@ -139,6 +139,14 @@ def _fused_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     return optimizer
 
 
+def _sparse_gradient_layers(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> "list[str]":
+    """The embedding layers built with sparse=True whose weight the optimizer steps, by name."""
+    stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    return [f"'{name}'" for name, module in model.named_modules()
+            if isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and module.sparse
+            and id(module.weight) in stepped]
+
+
 class _Reference:
     """The original model's outputs in float64 on the CPU, taken before any step changes it."""
 
@@ -248,7 +256,8 @@ class UnifiedManager:
             raise ValueError(f"the configuration is for {mode} (training={self.config.training}) but the model is in "
                              f"{'training' if model.training else 'eval'} mode; call model."
                              f"{'train' if self.config.training else 'eval'}() first or change config.training")
-        _check_float64_model(model, self.precision.precision)
+        _check_not_prepared(model)
+        _check_full_precision_model(model, self.precision.precision, named=self.config.precision != "auto")
         if example_inputs is not None and not isinstance(example_inputs, tuple):
             example_inputs = (example_inputs,)
         plan = json.loads(self._native.plan_json(json.dumps(_model_traits(model, optimizer, example_inputs))))
@@ -291,6 +300,10 @@ class UnifiedManager:
         name, argument = step["name"], step["argument"]
         if name == "place":
             model = model.to(self.device)
+            if optimizer is not None:
+                # Its state (Adam's moments) follows the parameters, as load_state_dict places it;
+                # left behind, the first step raised "Expected all tensors to be on the same device".
+                optimizer.load_state_dict(optimizer.state_dict())
         elif name == "deterministic":
             torch.use_deterministic_algorithms(True)
             torch.backends.cudnn.deterministic = True
@@ -305,20 +318,29 @@ class UnifiedManager:
         elif name == "cudnn_benchmark":
             torch.backends.cudnn.benchmark = True
         elif name == "fused_optimizer":
+            sparse = _sparse_gradient_layers(model, optimizer)
+            if sparse:  # torch accepts fused=True for them and raises at the first step()
+                return model, optimizer, (f"torch's fused {type(optimizer).__name__} has no kernel for sparse "
+                                          f"gradients, which the embedding layer(s) {', '.join(sparse)} give "
+                                          f"(sparse=True); the optimizer stays unfused"), None
             try:
                 optimizer = _fused_optimizer(optimizer)
             except (RuntimeError, ValueError, TypeError) as error:
                 return model, optimizer, f"torch refused fused {type(optimizer).__name__} here: {error}", None
         elif name == "channels_last":
-            # 4-D tensors only, as the C++ executor does: Module.to(memory_format=...) also takes
-            # 5-D ones, which channels_last refuses, so a model with a Conv3d beside its Conv2d failed.
-            model = model._apply(lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t)
+            # 4-D parameters only, as the C++ executor does: Module.to(memory_format=...) also takes
+            # 5-D ones, which channels_last refuses, so a model with a Conv3d beside its Conv2d failed;
+            # and buffers, which a model may read with .view() (that raised once they were restrided).
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    if parameter.dim() == 4:
+                        parameter.data = parameter.data.contiguous(memory_format=torch.channels_last)
         elif name == "freeze_torchscript":
             model = torch.jit.optimize_for_inference(torch.jit.freeze(model))
         elif name == "autocast":
             wrap_forward(model, _autocast_forward, self.device.type, getattr(torch, argument))
         elif name == "low_precision_weights":
-            model = model.to(getattr(torch, argument))
+            return model, optimizer, None, _cast_weights(model, getattr(torch, argument))
         elif name == "compile":
             # The instance's forward, not Module.compile(): in torch 2.13 that compiles
             # Module._call_impl, which dynamo skips as torch-internal, so nothing was compiled
@@ -348,18 +370,70 @@ class UnifiedManager:
         return model, optimizer, None, None
 
 
-def _check_float64_model(model, precision: str) -> None:
+# Autocast runs these in float32 whatever the weights are, and their kernels refuse float32 inputs
+# with bfloat16 weights ("mixed dtype (CPU): expect parameter to have scalar type of Float"): cast,
+# every model with a normalization layer failed at inference. transformers keeps them float32 too.
+_FLOAT32_LAYERS = (torch.nn.modules.batchnorm._NormBase, torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.RMSNorm)
+
+
+def _cast_weights(model: torch.nn.Module, dtype: torch.dtype) -> str:
+    """Casts the real floating-point parameters and buffers of every layer but normalization
+    layers to ``dtype``, in place; complex ones stay (a cast to a real dtype drops the imaginary
+    part). Returns what it did, for the report."""
+    kept = set()
+
+    def cast(tensor):
+        return tensor.to(dtype) if tensor.is_floating_point() else tensor
+
+    for module in model.modules():
+        if isinstance(module, _FLOAT32_LAYERS):
+            kept.add(type(module).__name__)
+            continue
+        module._apply(cast, recurse=False)
+    complex_count = sum(1 for t in [*model.parameters(), *model.buffers()] if t.is_complex())
+    note = f"inference: floating-point parameters and buffers cast to {str(dtype).replace('torch.', '')}"
+    if kept:
+        note += f", except in {', '.join(sorted(kept))} layers, which autocast runs in float32"
+    if complex_count:
+        note += f"; {complex_count} complex tensor(s) kept as they are"
+    return note
+
+
+def _check_not_prepared(model: torch.nn.Module) -> None:
+    """A second optimize() stacked a second autocast and compile on the first (dynamo then raised
+    "compile_wrapper already has a get_compiler_config attribute") or checkpointed blocks twice."""
+    for name, module in model.named_modules():
+        forward = module.__dict__.get("forward")
+        if not isinstance(forward, WrappedForward):
+            continue
+        made_by_optimize = {_autocast_forward: "autocast", _compiled_forward: "compile",
+                            _checkpointed_forward: "activation checkpointing"}
+        steps = [made_by_optimize[make] for make, _ in forward._steps if make in made_by_optimize]
+        if steps:
+            where = f"its layer '{name}'" if name else "it"
+            raise ValueError(f"the model was already prepared by UnifiedManager.optimize ({where} runs "
+                             f"{', '.join(steps)}); optimize the original model, or a copy made before the first "
+                             f"optimize, once")
+
+
+def _check_full_precision_model(model, precision: str, named: bool) -> None:
     """fp64 means the model computes in float64 as given: optimize lowers nothing (no TF32, no
     autocast) but casts nothing up either (float32 inputs would then not match). A model with other
-    floating-point parameters would compute in their dtype while the report said float64."""
-    if precision != "fp64":
+    floating-point parameters would compute in their dtype while the report said float64. fp32
+    asked for by name is held to the same rule below it: a float16 or bfloat16 model computed in
+    its own dtype while the report said fp32."""
+    if precision == "fp64":
+        lower, advice = {p.dtype for p in model.parameters() if p.is_floating_point()} - {torch.float64}, \
+            "cast it with model.double() (and give it float64 inputs) before optimize, or ask for fp32"
+    elif precision == "fp32" and named:
+        lower, advice = {p.dtype for p in model.parameters() if p.dtype in (torch.float16, torch.bfloat16)}, \
+            "cast it with model.float() before optimize, or ask for the precision it has (fp16, bf16)"
+    else:
         return
-    other = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()
-                    if p.is_floating_point() and p.dtype != torch.float64})
-    if other:
-        raise ValueError(f"precision fp64: the model's floating-point parameters are {', '.join(other)}, so it "
-                         "would compute in that precision; cast it with model.double() (and give it float64 "
-                         "inputs) before optimize, or ask for fp32")
+    if lower:
+        names = ", ".join(sorted(str(dtype).replace("torch.", "") for dtype in lower))
+        raise ValueError(f"precision {precision}: the model's floating-point parameters are {names}, so it would "
+                         f"compute in that precision; {advice}")
 
 
 def _checkpoint_blocks(model) -> "tuple[str, int] | None":

@@ -11,8 +11,11 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/instancenorm.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/adagrad.h>
@@ -71,16 +74,55 @@ ModelTraits traits_of(const torch::nn::Module& module, const torch::optim::Optim
   return traits;
 }
 
-// Every parameter and buffer of the module tree, replaced in place (set_data keeps the
+// The module's own parameters (and buffers, when asked), replaced in place (set_data keeps the
 // parameter objects, so optimizers holding them stay valid).
 template <typename Transform>
-void transform_tensors(torch::nn::Module& module, Transform transform) {
-  for (auto& parameter : module.parameters()) {
+void transform_own_tensors(torch::nn::Module& module, Transform transform, bool buffers) {
+  for (auto& parameter : module.parameters(/*recurse=*/false)) {
     if (auto replacement = transform(parameter)) parameter.set_data(*replacement);
   }
-  for (auto& buffer : module.buffers()) {
+  if (!buffers) return;
+  for (auto& buffer : module.buffers(/*recurse=*/false)) {
     if (auto replacement = transform(buffer)) buffer.set_data(*replacement);
   }
+}
+
+// Autocast runs normalization layers in float32 whatever their weights are, and their kernels
+// refuse float32 inputs with bfloat16 weights ("mixed dtype (CPU)"), so low_precision_weights
+// leaves them float32 (as the Python executor does). Returns the layer's type name, or nothing.
+std::optional<std::string> float32_layer(torch::nn::Module& module) {
+  using namespace torch::nn;
+  if (dynamic_cast<LayerNormImpl*>(&module) || dynamic_cast<GroupNormImpl*>(&module) ||
+      dynamic_cast<BatchNorm1dImpl*>(&module) || dynamic_cast<BatchNorm2dImpl*>(&module) ||
+      dynamic_cast<BatchNorm3dImpl*>(&module) || dynamic_cast<InstanceNorm1dImpl*>(&module) ||
+      dynamic_cast<InstanceNorm2dImpl*>(&module) || dynamic_cast<InstanceNorm3dImpl*>(&module)) {
+    std::string name = module.name();  // "torch::nn::LayerNormImpl"
+    if (name.starts_with("torch::nn::")) name = name.substr(11);
+    return name.ends_with("Impl") ? name.substr(0, name.size() - 4) : name;
+  }
+  return std::nullopt;
+}
+
+// Casts the real floating-point tensors of every layer but normalization layers (complex ones
+// too stay: a cast to a real dtype drops the imaginary part); returns what it did.
+std::string cast_weights(torch::nn::Module& root, c10::ScalarType dtype) {
+  std::set<std::string> kept;
+  for (const auto& module : root.modules(/*include_self=*/true)) {
+    if (const auto name = float32_layer(*module)) {
+      kept.insert(*name);
+      continue;
+    }
+    transform_own_tensors(*module, [dtype](const at::Tensor& t) -> std::optional<at::Tensor> {
+      if (!t.is_floating_point()) return std::nullopt;  // integer counters and complex tensors keep their dtype
+      return t.to(dtype);
+    }, /*buffers=*/true);
+  }
+  std::string detail = std::string("inference: floating-point parameters and buffers cast to ") +
+                       (dtype == c10::ScalarType::Half ? "float16" : "bfloat16");
+  if (kept.empty()) return detail;
+  std::string names;
+  for (const auto& name : kept) names += (names.empty() ? "" : ", ") + name;
+  return detail + ", except in " + names + " layers, which autocast runs in float32";
 }
 
 // "3 Linear layer(s) converted; 1 skipped (head: ...)", or why none could be.
@@ -195,16 +237,15 @@ const OptimizationReport& UnifiedManager::optimize(torch::nn::Module& module, to
     if (step.name == "place") {
       module.to(device());
     } else if (step.name == "channels_last") {
-      transform_tensors(module, [](const at::Tensor& t) -> std::optional<at::Tensor> {
-        if (t.dim() != 4) return std::nullopt;
-        return t.contiguous(at::MemoryFormat::ChannelsLast);
-      });
+      // Parameters only: a model may read a 4-D buffer with view(), which a restrided one refuses.
+      for (const auto& layer : module.modules(/*include_self=*/true)) {
+        transform_own_tensors(*layer, [](const at::Tensor& t) -> std::optional<at::Tensor> {
+          if (t.dim() != 4) return std::nullopt;
+          return t.contiguous(at::MemoryFormat::ChannelsLast);
+        }, /*buffers=*/false);
+      }
     } else if (step.name == "low_precision_weights") {
-      const c10::ScalarType dtype = dtype_named(step.argument);
-      transform_tensors(module, [dtype](const at::Tensor& t) -> std::optional<at::Tensor> {
-        if (!t.is_floating_point()) return std::nullopt;  // integer buffers (counters) keep their dtype
-        return t.to(dtype);
-      });
+      outcome.detail = cast_weights(module, dtype_named(step.argument));
     } else if (step.name == "fp8") {
       const amp::Fp8ConversionReport converted = amp::convert_to_fp8(module);
       if (converted.converted.empty()) outcome.outcome = "skipped";

@@ -12,6 +12,7 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
 
 #include <memory>
 #include <string>
@@ -82,15 +83,51 @@ TEST(UnifiedManager, Fp64RefusesAModuleThatDoesNotComputeInFloat64) {
   EXPECT_NO_THROW(manager.optimize(*model));
 }
 
-TEST(UnifiedManager, InferenceAtO2CastsFloatingPointTensorsOnly) {
+// Normalization layers stay float32: autocast runs them in float32 whatever their weights are,
+// and with bfloat16 weights the CPU kernels refused the float32 input ("mixed dtype (CPU)").
+TEST(UnifiedManager, InferenceAtO2CastsFloatingPointTensorsOutsideNormalizationLayers) {
   UnifiedManager manager(cpu_config(OptLevel::O2, "bf16", false));
-  torch::nn::Sequential model(torch::nn::Linear(8, 8), torch::nn::BatchNorm1d(8));
-  EXPECT_EQ(outcome(manager.optimize(*model), "low_precision_weights").outcome, "applied");
-  for (const auto& p : model->parameters()) EXPECT_EQ(p.scalar_type(), c10::ScalarType::BFloat16);
+  torch::nn::Sequential model(torch::nn::LayerNorm(torch::nn::LayerNormOptions({8})), torch::nn::Linear(8, 8),
+                              torch::nn::BatchNorm1d(8));
+  model->eval();
+  const at::Tensor input = at::randn({4, 8});
+  const at::Tensor before = model->forward(input);
+  const StepOutcome& cast = outcome(manager.optimize(*model), "low_precision_weights");
+  EXPECT_EQ(cast.outcome, "applied");
+  EXPECT_NE(cast.detail.find("except in BatchNorm1d, LayerNorm layers"), std::string::npos) << cast.detail;
+  for (const auto& p : model->named_parameters()) {
+    const bool linear = p.key().starts_with("1.");
+    EXPECT_EQ(p.value().scalar_type(), linear ? c10::ScalarType::BFloat16 : c10::ScalarType::Float) << p.key();
+  }
   for (const auto& b : model->named_buffers()) {
     const bool counter = b.key().find("num_batches_tracked") != std::string::npos;
-    EXPECT_EQ(b.value().scalar_type(), counter ? c10::ScalarType::Long : c10::ScalarType::BFloat16) << b.key();
+    EXPECT_EQ(b.value().scalar_type(), counter ? c10::ScalarType::Long : c10::ScalarType::Float) << b.key();
   }
+  at::Tensor after;
+  {
+    const auto autocast = manager.autocast();
+    after = model->forward(input);
+  }
+  EXPECT_TRUE(at::allclose(after.to(c10::ScalarType::Float), before, 0.05, 0.05));
+}
+
+// A module that reads a 4-D buffer with view(), which a channels-last buffer refuses.
+struct ConvWithGrid : torch::nn::Module {
+  ConvWithGrid() {
+    register_module("conv", conv);
+    grid = register_buffer("grid", at::randn({1, 2, 3, 4}));
+  }
+  torch::nn::Conv2d conv{torch::nn::Conv2dOptions(3, 8, 3)};
+  at::Tensor grid;
+};
+
+TEST(UnifiedManager, ChannelsLastRestridesParametersOnly) {
+  UnifiedManager manager(cpu_config(OptLevel::O1, "fp32", true));
+  auto model = std::make_shared<ConvWithGrid>();
+  EXPECT_EQ(outcome(manager.optimize(*model), "channels_last").outcome, "applied");
+  EXPECT_TRUE(model->conv->weight.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(model->grid.is_contiguous());
+  EXPECT_EQ(model->grid.view({24}).numel(), 24);
 }
 
 TEST(UnifiedManager, O1PutsConvolutionWeightsInChannelsLast) {

@@ -556,3 +556,136 @@ def test_fp64_is_refused_for_a_model_that_does_not_compute_in_float64():
         manager.optimize(torch.nn.Linear(4, 4))
     model = manager.optimize(torch.nn.Linear(4, 4).double())
     assert model(torch.randn(2, 4, dtype=torch.float64)).dtype == torch.float64
+
+
+# ---- defects found by using the levels on stock models (2026-11-29) ---------------------------
+@pytest.mark.parametrize("norm", [torch.nn.LayerNorm(16), torch.nn.BatchNorm1d(16), torch.nn.GroupNorm(4, 16)],
+                         ids=["LayerNorm", "BatchNorm1d", "GroupNorm"])
+@pytest.mark.parametrize("level", ["O2", "O3"])
+def test_inference_keeps_normalization_layers_float32_so_autocast_can_run_them(norm, level):
+    # Cast to bfloat16, a normalization layer given float32 input raised "mixed dtype (CPU): expect
+    # parameter to have scalar type of Float": for_inference() failed on any model with one.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(norm, torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        expected = model(x)
+    manager = UnifiedManager(cpu_config(training=False, optimization_level=level, precision="bf16", compile=False))
+    model = manager.optimize(model)
+    cast = next(step for step in manager.report().steps if step.name == "low_precision_weights")
+    assert cast.outcome == "applied" and f"except in {type(norm).__name__} layers" in cast.detail
+    assert all(p.dtype == torch.float32 for p in model[0].parameters())
+    with torch.no_grad():
+        torch.testing.assert_close(model(x).float(), expected, atol=0.05, rtol=0.05)
+
+
+def test_inference_casts_no_complex_parameter_to_a_real_dtype():
+    class Filter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.taps = torch.nn.Parameter(torch.randn(8, dtype=torch.complex64))
+            self.mix = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.mix(torch.fft.ifft(torch.fft.fft(x, n=8) * self.taps).real.repeat(1, 2))
+
+    model = Filter().eval()
+    manager = UnifiedManager(cpu_config(training=False, optimization_level="O2", precision="bf16", compile=False))
+    model = manager.optimize(model)
+    assert model.taps.dtype == torch.complex64 and model.mix.weight.dtype == torch.bfloat16
+    assert "1 complex tensor(s) kept" in str(manager.report())
+
+
+def test_o3_int8_layers_serve_a_transformer_layer_that_reads_their_weight():
+    # nn.TransformerEncoderLayer reads linear1.weight to choose its fused path: AttributeError.
+    torch.manual_seed(0)
+    model = torch.nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, batch_first=True).eval()
+    x = torch.randn(2, 6, 32)
+    original_weight = model.linear1.weight.detach().clone()
+    with torch.no_grad():
+        expected = model(x)
+    manager = UnifiedManager(cpu_config(training=False, optimization_level="O3", precision="bf16", compile=False))
+    model = manager.optimize(model)
+    assert isinstance(model.linear1, Int8WeightOnlyLinear)
+    # The weight it computes with: the original within one quantization step of its row.
+    step = model.linear1.scale.float().max().item()
+    torch.testing.assert_close(model.linear1.weight.float(), original_weight, atol=step, rtol=0.01)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x).float(), expected, atol=0.1, rtol=0.1)
+
+
+def test_int8_leaves_a_layer_with_hooks_as_it_is_and_says_why():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
+    model[2].register_forward_pre_hook(lambda module, args: (args[0] * 0,))  # the head sees zeros
+    manager = UnifiedManager(cpu_config(training=False, optimization_level="O3", precision="bf16", compile=False))
+    model = manager.optimize(model)
+    assert isinstance(model[0], Int8WeightOnlyLinear) and type(model[2]) is torch.nn.Linear
+    assert "2: it has forward pre-hooks, which a replacement layer would not run" in str(manager.report())
+    with torch.no_grad():  # the hook still runs: the output is the head's bias alone
+        torch.testing.assert_close(model(torch.randn(2, 16)).float(), model[2].bias.float().expand(2, 4))
+
+
+def test_fp32_asked_for_by_name_refuses_a_half_precision_model():
+    manager = UnifiedManager(cpu_config(training=False, optimization_level="O0", precision="fp32"))
+    with pytest.raises(ValueError, match="precision fp32: the model's floating-point parameters are bfloat16"):
+        manager.optimize(torch.nn.Linear(4, 4).to(torch.bfloat16).eval())
+    auto = UnifiedManager(cpu_config(training=False, optimization_level="O0"))  # auto takes the model as it is
+    assert auto.optimize(torch.nn.Linear(4, 4).to(torch.bfloat16).eval()).weight.dtype == torch.bfloat16
+
+
+def test_the_optimizer_is_not_fused_over_sparse_embedding_gradients():
+    # torch accepts fused=True there and raises at the first step: "`_fused_sgd` does not support
+    # sparse gradients".
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4, sparse=True), torch.nn.Linear(4, 2))
+    manager = UnifiedManager(cpu_config(optimization_level="O1", precision="fp32"))
+    model, optimizer = manager.optimize(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    fused = next(step for step in manager.report().steps if step.name == "fused_optimizer")
+    assert fused.outcome == "skipped" and "the embedding layer(s) '0' give (sparse=True)" in fused.detail
+    model(torch.tensor([1, 2])).sum().backward()
+    optimizer.step()
+
+
+def test_a_model_is_prepared_once():
+    # A second optimize stacked a second autocast and compile; dynamo then raised "compile_wrapper
+    # already has a get_compiler_config attribute".
+    model = mlp()
+    UnifiedManager(cpu_config(optimization_level="O2", precision="bf16")).optimize(model)
+    with pytest.raises(ValueError, match=r"already prepared by UnifiedManager.optimize \(it runs autocast, compile\)"):
+        UnifiedManager(cpu_config(optimization_level="O2", precision="bf16")).optimize(model)
+
+
+def test_channels_last_restrides_parameters_not_buffers():
+    class ConvWithGrid(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3)
+            self.register_buffer("grid", torch.randn(1, 2, 3, 4))
+
+        def forward(self, x):
+            return self.conv(x).mean() + self.grid.view(-1).sum()
+
+    model = ConvWithGrid()
+    expected = model(torch.ones(1, 3, 5, 5))
+    UnifiedManager(cpu_config(optimization_level="O1", precision="fp32")).optimize(model)
+    assert model.conv.weight.is_contiguous(memory_format=torch.channels_last) and model.grid.is_contiguous()
+    torch.testing.assert_close(model(torch.ones(1, 3, 5, 5)), expected)
+
+
+def test_o0_moves_the_optimizers_state_with_the_model(fresh_python):
+    result = fresh_python(textwrap.dedent("""
+        import torch, torchbridge
+        from torchbridge import TorchBridgeConfig, UnifiedManager
+        torchbridge.devices.load("emu")
+        model = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.Adam(model.parameters())
+        model(torch.randn(3, 4)).sum().backward()
+        optimizer.step()  # state on the CPU
+        model, optimizer = UnifiedManager(TorchBridgeConfig(backend="emu", optimization_level="O0")).optimize(
+            model, optimizer)
+        assert optimizer.state[model.weight]["exp_avg"].device.type == "emu"
+        model(torch.randn(3, 4, device="emu")).sum().backward()
+        optimizer.step()  # raised "Expected all tensors to be on the same device"
+        print("ok")
+    """), timeout=300)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
