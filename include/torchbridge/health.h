@@ -14,7 +14,9 @@ struct HealthCheckResult {
   double duration_ms = 0.0;  // wall time of the whole check, synchronization included
 };
 
-// Never throws for device problems: they are reported as a failed result.
+// Never throws for device problems: they are reported as a failed result. `bytes` must be a
+// positive multiple of 4 (the pattern is int32 elements); anything else raises c10::ValueError.
+// The host holds two copies of the pattern (sent and returned) while it runs.
 HealthCheckResult run_health_check(Backend& backend, int index, int64_t bytes = 4 << 20);
 
 }  // namespace torchbridge

@@ -5,6 +5,7 @@
 
 #include <ATen/autocast_mode.h>
 #include <c10/core/Device.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
 #include <optional>
@@ -25,6 +26,10 @@ c10::DeviceType parse_device_type(const std::string& name) {
   }
 }
 
+bool device_present(c10::DeviceType device_type) {
+  return c10::impl::hasDeviceGuardImpl(device_type) && c10::impl::getDeviceGuardImpl(device_type)->deviceCount() > 0;
+}
+
 }  // namespace
 
 AutocastScope::AutocastScope(c10::DeviceType device_type, AutocastOptions options) : device_type_(device_type) {
@@ -43,6 +48,13 @@ AutocastScope::AutocastScope(c10::DeviceType device_type, AutocastOptions option
   // lists the same two): another dtype warns and leaves autocast off, as torch does. Enabled with
   // float64 or float32, the scope computed matmuls in that dtype instead of leaving them alone.
   bool enabled = options.enabled;
+  // As torch.autocast: a device type this process has no device of warns and leaves autocast off
+  // ("cuda" on a CPU-only torch turned CUDA autocast on, silently).
+  if (enabled && device_type_ != c10::DeviceType::CPU && !device_present(device_type_)) {
+    TORCH_WARN("AutocastScope: device type '", device_type_name(device_type_), "' has no device in this process; ",
+               "autocast is disabled in this scope, as torch.autocast disables it");
+    enabled = false;
+  }
   const bool two_dtypes_only = device_type_ == c10::DeviceType::CPU || device_type_ == c10::DeviceType::XPU ||
                                device_type_ == c10::DeviceType::MPS || device_type_ == c10::DeviceType::PrivateUse1;
   if (enabled && two_dtypes_only && dtype_ != at::kHalf && dtype_ != at::kBFloat16) {

@@ -263,6 +263,9 @@ Fp8MatmulKernel resolve_fp8_matmul_kernel(Fp8MatmulKernel kernel, c10::Device de
 at::Tensor fp8_matmul(const at::Tensor& a, const at::Tensor& a_scale_inverse, const at::Tensor& b,
                       const at::Tensor& b_scale_inverse, c10::ScalarType out_dtype, Fp8MatmulKernel kernel) {
   check_matmul_operands(a, a_scale_inverse, b, b_scale_inverse);
+  // An integer or bool product is the float one truncated (1.74 became 1, 5.75 became true).
+  TORCH_CHECK_VALUE(c10::isFloatingType(out_dtype), "fp8_matmul: out_dtype must be a floating-point dtype, got ",
+                    c10::toString(out_dtype));
   NoAutocast no_autocast(c10::autocast_dispatch_keyset);
   if (has_empty_dimension(a, b)) return at::zeros({a.size(0), b.size(1)}, a.options().dtype(out_dtype));
   const at::Tensor a_inverse = a_scale_inverse.reshape({}), b_inverse = b_scale_inverse.reshape({});
@@ -280,6 +283,8 @@ void fp8_matmul_into(at::Tensor out, const at::Tensor& a, const at::Tensor& a_sc
                         out.device() == a.device(),
                     "fp8_matmul_into: out must be a [", a.size(0), ", ", b.size(1), "] tensor on ", a.device(),
                     ", got ", describe(out));
+  TORCH_CHECK_VALUE(c10::isFloatingType(out.scalar_type()),
+                    "fp8_matmul_into: out must be a floating-point tensor, got ", c10::toString(out.scalar_type()));
   NoAutocast no_autocast(c10::autocast_dispatch_keyset);
   if (has_empty_dimension(a, b)) {
     out.zero_();

@@ -191,6 +191,12 @@ std::vector<std::string> save_sharded(const std::string& directory,
                                       uint64_t max_shard_bytes, const std::map<std::string, std::string>& metadata,
                                       const std::string& prefix) {
   TORCH_CHECK_VALUE(max_shard_bytes > 0, directory, ": the maximum shard size must be positive");
+  // The prefix names files inside `directory`: "../model" wrote over another checkpoint beside
+  // it, and "" gave "-00001-of-00002.safetensors" files and a hidden index no reader finds.
+  TORCH_CHECK_VALUE(!prefix.empty() && prefix != "." && prefix != ".." && prefix.find('/') == std::string::npos &&
+                        prefix.find('\0') == std::string::npos,
+                    directory, ": invalid file prefix '", prefix,
+                    "': expected a file name stem such as \"model\" (no '/', not empty, '.' or '..')");
   if (!is_directory(directory)) {
     std::error_code error;
     std::filesystem::create_directory(directory, error);

@@ -5,6 +5,8 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
 #include <fcntl.h>
@@ -36,8 +38,8 @@ void refuse_a_file_of_another_kind(const std::string& path, const uint8_t* bytes
   TORCH_CHECK_VALUE(!begins_as_zip_archive(text, size), path,
                     ": is a zip archive (torch.save's format), not a safetensors file; torch.load reads it, and "
                     "`torchbridge checkpoint convert` turns it into safetensors");
-  TORCH_CHECK_VALUE(!begins_as_pickle(text, size), path,
-                    ": is a Python pickle (torch.save's legacy format), not a safetensors file");
+  TORCH_CHECK_VALUE(!begins_as_legacy_torch_save(text, size), path,
+                    ": is a torch.save file in the legacy format (a pickle), not a safetensors file");
   // What a repository cloned without git-lfs holds in place of each large file.
   TORCH_CHECK_VALUE(!starts_with(bytes, size, "version https://git-lfs"), path,
                     ": is a git-lfs pointer file, not the safetensors file it stands for; fetch the file itself "
@@ -138,7 +140,16 @@ at::Tensor SafetensorsFile::load(const std::string& name, c10::Device device) co
     host = at::empty(r.shape, options);
     if (r.end > r.begin) std::memcpy(host.data_ptr(), data_ + r.begin, r.end - r.begin);
   }
-  return device.is_cpu() ? host : host.to(device);
+  if (device.is_cpu()) return host;
+  // Named here: torch's own error ("Could not run 'aten::empty_strided' with arguments from the
+  // 'CUDA' backend") names no file, tensor or device.
+  TORCH_CHECK_VALUE(c10::impl::hasDeviceGuardImpl(device.type()), path_, ": cannot load '", name, "' onto ", device,
+                    ": this torch has no ", c10::DeviceTypeName(device.type(), /*lower_case=*/true),
+                    " support (a build without it, or a device whose library is not loaded)");
+  const c10::DeviceIndex count = c10::impl::getDeviceGuardImpl(device.type())->deviceCount();
+  TORCH_CHECK_VALUE(!device.has_index() || device.index() < count, path_, ": cannot load '", name, "' onto ", device,
+                    ": the machine has ", static_cast<int>(count), " such device(s)");
+  return host.to(device);
 }
 
 }  // namespace torchbridge::checkpoint

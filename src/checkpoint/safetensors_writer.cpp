@@ -73,6 +73,12 @@ void save(const std::string& path, const std::vector<std::pair<std::string, at::
     TORCH_CHECK_VALUE(name != "__metadata__", path, ": invalid tensor name '", name, "'");
     check_utf8(path, "tensor name", name);
     TORCH_CHECK_VALUE(tensor.defined(), path, ": tensor '", name, "' is undefined");
+    // What the copy to the host below would fail on, naming no file or tensor.
+    TORCH_CHECK_VALUE(tensor.layout() == c10::kStrided, path, ": tensor '", name, "' is a ", tensor.layout(),
+                      " tensor; safetensors holds dense (strided) tensors: save to_dense(), or its indices and values");
+    TORCH_CHECK_VALUE(!tensor.is_meta(), path, ": tensor '", name, "' is on the meta device, which holds no data");
+    TORCH_CHECK_VALUE(!tensor.is_quantized(), path, ": tensor '", name, "' is quantized, which safetensors cannot "
+                      "hold: save its int_repr() and its quantization parameters");
     TORCH_CHECK_VALUE(holds_dtype(tensor.scalar_type()), path, ": tensor '", name, "' has dtype ",
                       c10::toString(tensor.scalar_type()), ", which safetensors cannot hold");
     TORCH_CHECK_VALUE(tensor.dim() > 0 || values_per_element(tensor.scalar_type()) == 1, path, ": tensor '", name,

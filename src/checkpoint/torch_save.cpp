@@ -78,9 +78,9 @@ class TorchSaveReader {
   static std::unique_ptr<caffe2::serialize::PyTorchStreamReader> open_zip(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     TORCH_CHECK_VALUE(in.good(), path, ": cannot open");
-    char start[2] = {};
-    in.read(start, 2);
-    TORCH_CHECK_VALUE(!begins_as_pickle(start, static_cast<size_t>(in.gcount())), path,
+    char start[kLegacyTorchSaveSignatureBytes] = {};
+    in.read(start, sizeof start);
+    TORCH_CHECK_VALUE(!begins_as_legacy_torch_save(start, static_cast<size_t>(in.gcount())), path,
                       ": a torch.save file in the legacy format (torch < 1.6 or "
                       "_use_new_zipfile_serialization=False), which is not read; re-save it with a current torch.save");
     try {
@@ -267,10 +267,10 @@ bool is_torch_save_file(const std::string& path) {
   std::error_code no_file;
   if (!std::filesystem::is_regular_file(path, no_file)) return false;
   std::ifstream in(path, std::ios::binary);
-  char start[4] = {};
+  char start[kLegacyTorchSaveSignatureBytes] = {};
   in.read(start, sizeof start);
   const auto size = static_cast<size_t>(in.gcount());
-  return begins_as_zip_archive(start, size) || begins_as_pickle(start, size);
+  return begins_as_zip_archive(start, size) || begins_as_legacy_torch_save(start, size);
 }
 
 }  // namespace torchbridge::checkpoint

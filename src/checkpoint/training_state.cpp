@@ -16,6 +16,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/jit/api/module.h>
@@ -270,6 +271,10 @@ void commit(StagedRestore& staged, torch::optim::Optimizer& optimizer) {
 
 TrainingProgress load_state_into(const std::string& path, const NamedTensors& model_state,
                                  torch::optim::Optimizer& optimizer, const RestoreOptions& options) {
+  // An integer target reached a parameter's set_data, whose error names no option, file or key.
+  TORCH_CHECK_VALUE(options.dtype_policy != DtypePolicy::kCastFloating || c10::isFloatingType(options.cast_to), path,
+                    ": RestoreOptions::cast_to is ", c10::toString(options.cast_to),
+                    "; kCastFloating casts floating-point tensors to a floating-point dtype");
   const auto file = SafetensorsFile::open(path);
   StagedRestore staged = stage(file, model_state, optimizer, options);
   commit(staged, optimizer);

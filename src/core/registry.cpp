@@ -105,8 +105,9 @@ std::string BackendRegistry::detect_best_backend() const {
     try {
       backend = lookup(forced);
     } catch (const c10::Error& error) {
-      TORCH_CHECK_VALUE(false, kBackendEnvVar, "='", forced, "' is not a backend name: ",
-                        error.msg());
+      // lookup() both refuses unknown names and loads SDK devices, whose start may fail: its own
+      // message says which ("device 'cudasdk' failed to start: ...", not "is not a backend name").
+      TORCH_CHECK_VALUE(false, kBackendEnvVar, "='", forced, "': ", error.msg());
     }
     const Availability availability = backend->availability();
     TORCH_CHECK(availability.available(), kBackendEnvVar, "='", forced, "' names backend '",

@@ -126,8 +126,12 @@ const std::vector<FieldCodec>& codecs() {
       {{"device_index", "integer", "TORCHBRIDGE_DEVICE_INDEX", "which device of the backend (0-based)"},
        [](TorchBridgeConfig& c, const nlohmann::json& v, const std::string& where) {
          if (!v.is_number_integer()) wrong_type(where, "an integer", v);
+         // Past INT64_MAX, get<int64_t>() wrapped 2^63 to a negative number in the message.
+         TORCH_CHECK_VALUE(!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t{1} << 20, where,
+                           ": expected a device index from 0 to ", 1 << 20, ", got ", v.get<uint64_t>());
          const int64_t index = v.get<int64_t>();
-         TORCH_CHECK_VALUE(index >= 0 && index <= 1 << 20, where, ": expected a device index >= 0, got ", index);
+         TORCH_CHECK_VALUE(index >= 0 && index <= 1 << 20, where, ": expected a device index from 0 to ", 1 << 20,
+                           ", got ", index);
          c.device_index = static_cast<int>(index);
        },
        [](const TorchBridgeConfig& c) { return nlohmann::json(c.device_index); },

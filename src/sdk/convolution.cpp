@@ -59,7 +59,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
                                dilation, transposed, output_padding, groups, output_mask);
   // torch's fake convolution_backward lays out the input and weight gradients as the forward
   // output, and the bias gradient as it comes.
-  return {on_device_as_torch_predicts(grad_input, input, weight), on_device_as_torch_predicts(grad_weight, input, weight),
+  return {on_device_as_torch_predicts(grad_input, input, weight),
+          on_device_as_torch_predicts(grad_weight, input, weight),
           grad_bias.defined() ? grad_bias.to(input.device()) : grad_bias};
 }
 

@@ -152,6 +152,19 @@ TEST(AutocastScope, AnUnknownDeviceNameIsRefusedByName) {
   EXPECT_NE(message.find("unknown device type 'warpdrive'"), std::string::npos) << message;
 }
 
+// torch.autocast("cuda") on a CPU-only torch warns and stays off; the scope turned CUDA autocast on.
+// XPU: a device type with an autocast key that neither this machine nor the GPU machines have.
+TEST(AutocastScope, ADeviceTypeWithoutADeviceWarnsAndStaysOffAsTorchDoes) {
+  ::testing::internal::CaptureStderr();
+  {
+    AutocastScope scope(c10::DeviceType::XPU, {.dtype = at::kBFloat16});
+    EXPECT_FALSE(at::autocast::is_autocast_enabled(c10::DeviceType::XPU));
+  }
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warned.find("device type 'xpu' has no device in this process; autocast is disabled"), std::string::npos)
+      << warned;
+}
+
 TEST(AutocastScope, CpuDefaultsToBfloat16AsTorchDoes) {
   AutocastScope scope(c10::kCPU);
   EXPECT_EQ(scope.dtype(), at::kBFloat16);

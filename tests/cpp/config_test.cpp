@@ -75,7 +75,7 @@ TEST(Config, BadDocumentsNameTheKeyAndWhatWasExpected) {
   expect_value_error([&] { config_from_json_text(R"({"training": "yes"})"); },
                             "'training': expected true or false, got \"yes\"");
   expect_value_error([&] { config_from_json_text(R"({"device_index": -1})"); },
-                            "expected a device index >= 0, got -1");
+                            "expected a device index from 0 to 1048576, got -1");
   expect_value_error([&] { config_from_json_text(R"({"precision": "fp12"})"); },
                             "precision: unknown precision 'fp12': expected one of fp64, fp32, tf32, fp16, bf16, fp8, or \"auto\"");
   expect_value_error([&] { config_from_json_text(R"({"optimization_level": "O4"})"); }, "O4");

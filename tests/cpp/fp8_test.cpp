@@ -242,6 +242,11 @@ TEST(Fp8Matmul, IntoWritesWhatFp8MatmulReturns) {
   const at::Tensor e4 = at::ones({16, 16}).to(at::kFloat8_e4m3fn), one = at::ones({});
   expect_error([&] { fp8_matmul_into(at::empty({16, 8}), e4, one, e4, one); },
                "fp8_matmul_into: out must be a [16, 16] tensor on cpu, got Float of shape [16, 8] on cpu");
+  // An integer or bool result was the product truncated, silently.
+  expect_error([&] { fp8_matmul(e4, one, e4, one, at::kInt); },
+               "fp8_matmul: out_dtype must be a floating-point dtype, got Int");
+  expect_error([&] { fp8_matmul_into(at::empty({16, 16}, at::kBool), e4, one, e4, one); },
+               "fp8_matmul_into: out must be a floating-point tensor, got Bool");
 }
 
 // No kernel is given an empty operand: M = 0 or N = 0 give an empty product, K = 0 gives zeros.

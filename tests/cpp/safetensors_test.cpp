@@ -177,6 +177,18 @@ TEST(Checkpoint, ADirectoryHoldingBothASingleFileAndAnIndexIsRefused) {
   EXPECT_TRUE(Checkpoint::open(directory + "/model.safetensors.index.json").sharded()) << "the index is intact";
 }
 
+// The prefix names files inside the directory: "../model" overwrote the checkpoint beside it.
+TEST(Checkpoint, AShardPrefixThatIsNoFileNameStemIsRefused) {
+  const std::string outer = temp_path("prefix");
+  save_sharded(outer, {{"precious", at::ones({4})}}, 1 << 20);
+  const std::string inner = outer + "/sub";
+  for (const std::string prefix : {"../model", "", ".", "..", "a/b"}) {
+    const std::string message = error_of([&] { save_sharded(inner, {{"w", at::zeros({4})}}, 1 << 20, {}, prefix); });
+    EXPECT_NE(message.find("invalid file prefix '" + prefix + "'"), std::string::npos) << message;
+  }
+  EXPECT_EQ(Checkpoint::open(outer).names(), std::vector<std::string>{"precious"});
+}
+
 // A saved checkpoint gets the permissions any new file gets (0666 less the umask), as
 // torch.save's files do; replacing a file keeps that file's permissions. mkstemp alone gave 0600.
 TEST(Safetensors, SavedFilesGetTheUsualPermissions) {

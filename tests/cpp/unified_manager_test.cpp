@@ -14,6 +14,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

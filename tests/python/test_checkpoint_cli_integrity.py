@@ -270,5 +270,5 @@ def test_a_torch_save_file_is_named_as_one_not_as_a_header_of_petabytes(tmp_path
         result = tb("checkpoint", command, path)
         assert result.returncode == 1 and "exceeds the format's limit" not in result.stderr
         expected = ("is a zip archive (torch.save's format), not a safetensors file" if zip_format
-                    else "is a Python pickle (torch.save's legacy format), not a safetensors file")
+                    else "is a torch.save file in the legacy format (a pickle), not a safetensors file")
         assert f"{path}: {expected}" in result.stderr, result.stderr

@@ -85,6 +85,28 @@ def test_a_torch_save_file_is_told_by_its_content_not_its_name(tmp_path, name):
     assert_bit_exact(load_file(str(tmp_path / "out.safetensors")), state)
 
 
+def safetensors_with_a_640_byte_header(path):
+    """A valid safetensors file whose first bytes are 80 02, as a pickle's (header length 0x280)."""
+    for pad in range(2000):
+        save_file({"w": torch.arange(6.0).reshape(2, 3)}, str(path), metadata={"pad": "x" * pad})
+        if path.read_bytes()[:8] == (640).to_bytes(8, "little"):
+            return
+    raise AssertionError("no padding gave a 640-byte header")
+
+
+def test_a_safetensors_file_that_begins_like_a_pickle_converts_and_reads_as_safetensors(tmp_path):
+    # Two bytes told a legacy torch.save file: this one was refused as "a torch.save file in the
+    # legacy format"; cut short, it was called "a Python pickle".
+    safetensors_with_a_640_byte_header(tmp_path / "h640.safetensors")
+    result = convert(tmp_path / "h640.safetensors", tmp_path / "out.safetensors")
+    assert result.returncode == 0, result.stderr
+    assert_bit_exact(load_file(str(tmp_path / "out.safetensors")), {"w": torch.arange(6.0).reshape(2, 3)})
+    (tmp_path / "cut.safetensors").write_bytes((tmp_path / "h640.safetensors").read_bytes()[:300])
+    verify = subprocess.run([CONSOLE_SCRIPT, "checkpoint", "verify", str(tmp_path / "cut.safetensors")],
+                            capture_output=True, text=True, timeout=120)
+    assert verify.returncode == 1 and "header length 640 runs past the end of the 300-byte file" in verify.stderr
+
+
 def test_a_safetensors_file_named_like_a_torch_save_file_converts_as_safetensors(tmp_path):
     state = {"w": torch.randn(3, 2)}
     save_file(state, str(tmp_path / "model.bin"))

@@ -64,11 +64,13 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes `tensors` (any device, any layout) to `path` atomically: a temporary file in the same
+// Writes `tensors` (dense ones, on any device, with any strides) to `path` atomically: a temporary file in the same
 // directory is written, fsync'ed and renamed over `path`, then the directory is fsync'ed, so a
 // crash leaves either the old file or the new one. Tensors whose bytes overlap (tied weights) are
 // refused with an error naming both (save clones if sharing is intended); views of one storage
-// whose byte spans do not overlap are saved each on its own. Names must be unique and non-empty.
+// whose byte spans do not overlap are saved each on its own. Names must be unique; "" is one (the
+// safetensors package takes it), "__metadata__" is the header's own key and refused. Sparse,
+// meta and quantized tensors are refused, naming the tensor.
 void save(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
           const std::map<std::string, std::string>& metadata = {});
 

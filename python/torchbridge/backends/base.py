@@ -74,6 +74,8 @@ def check_optimization_level(level) -> str:
 def check_device_index(index) -> int:
     if isinstance(index, bool) or not isinstance(index, int):
         raise TypeError(f"device_index must be an int (0 for the first device), got {index!r} ({type(index).__name__})")
+    if not -2**31 <= index < 2**31:  # past C's int the core's binding said "incompatible function arguments"
+        raise IndexError(f"device index {index} is out of range: device indices count from 0 to the device count")
     return index
 
 
