@@ -80,6 +80,8 @@ std::vector<std::string> split_list(const std::string& text, const std::string& 
     items.push_back(item);
   }
   if (items.empty()) throw UsageError(option + " is empty");
+  // getline yields no item after a final comma, so "cpu," read as "cpu".
+  if (text.back() == ',') throw UsageError(option + " '" + text + "' has an empty entry");
   return items;
 }
 

@@ -218,7 +218,7 @@ int convert(const std::vector<std::string>& args) {
     auto& [name, tensor] = tensors[i];
     if (dtype && tensor.is_floating_point()) {
       if (quantized.count(name) > 0 || is_scale_of_quantized(name)) {
-        ++kept;
+        kept += quantized.count(name);  // the tensors themselves, not their scales
       } else {
         const at::Tensor original = tensor;
         tensor = tensor.to(*dtype);
@@ -234,7 +234,7 @@ int convert(const std::vector<std::string>& args) {
   }
   if (progress && (kept > 0 || !losing.empty())) std::cerr << "\n";
   if (kept > 0) {
-    std::cerr << "torchbridge: note: kept " << kept << " quantized tensors (float8) and their scales as they are; "
+    std::cerr << "torchbridge: note: kept " << kept << " quantized tensor(s) (float8) and their scales as they are; "
               << "--dtype casts full-precision tensors only\n";
   }
   if (!losing.empty()) {

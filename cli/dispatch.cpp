@@ -73,6 +73,11 @@ int run_cli(const std::vector<std::string>& argv) {
   try {
     const int code = dispatch(argv);
     std::cout.flush();
+    // A full disk or a closed pipe lost the output, and the command still exited 0.
+    if (!std::cout) {
+      std::cerr << "torchbridge: error: writing to standard output failed; the command's output is lost\n";
+      return 1;
+    }
     return code;
   } catch (const UsageError& e) {
     std::cerr << "torchbridge: " << e.what() << "\n";

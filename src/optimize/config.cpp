@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -22,6 +23,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <cstddef>
 #include <exception>
@@ -357,14 +359,15 @@ std::string to_json_text(const TorchBridgeConfig& config, int indent) {
 }
 
 TorchBridgeConfig load_config(const std::string& path, const TorchBridgeConfig& base) {
+  // A directory opens as a stream, and reading it raised libstdc++'s "basic_filebuf::underflow".
+  std::error_code no_file;
+  TORCH_CHECK_VALUE(!std::filesystem::is_directory(path, no_file), "configuration file '", path,
+                    "' is a directory; expected a .json or .toml file");
   std::ifstream file(path, std::ios::binary);
   TORCH_CHECK_VALUE(file, "cannot read the configuration file '", path, "'");
   const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  const auto ends_with = [&](std::string_view suffix) {
-    return path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  if (ends_with(".json")) return config_from_json_text(text, base, path);
-  if (ends_with(".toml")) return from_json(optimize_detail::parse_flat_toml(text, path), base, path);
+  if (path.ends_with(".json")) return config_from_json_text(text, base, path);
+  if (path.ends_with(".toml")) return from_json(optimize_detail::parse_flat_toml(text, path), base, path);
   TORCH_CHECK_VALUE(false, "configuration file '", path, "': expected a .json or .toml file");
 }
 

@@ -72,6 +72,7 @@ def test_the_table_has_one_row_per_case():
 @pytest.mark.parametrize("args,message", [
     (["--groups", "sdk,speed"], "--groups: 'speed' is not one of sdk, checkpoint, validation"),
     (["--backends", "cpu,,emu"], "--backends 'cpu,,emu' has an empty entry"),
+    (["--backends", "cpu,"], "--backends 'cpu,' has an empty entry"),  # read as "cpu"
     (["--backends", "nosuch"], "nosuch"),
     (["--repeats", "3"], "--repeats"),
 ])

@@ -275,3 +275,19 @@ def test_export_that_cannot_write_its_output_is_one_line_naming_the_path(tmp_pat
         assert len(lines) == 1 and lines[0].startswith("torchbridge: ") and output in lines[0], run.stderr
         assert not os.path.exists(output)
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- the command line: output and configuration files ----------------------------------------
+def test_output_the_command_could_not_write_is_a_failure():
+    # With standard output on a full disk the command lost its JSON and still exited 0.
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([CONSOLE_SCRIPT, "info", "--json"], stdout=full, stderr=subprocess.PIPE, text=True,
+                                timeout=120)
+    assert result.returncode == 1 and "writing to standard output failed" in result.stderr, result.stderr
+
+
+def test_a_configuration_path_that_is_a_directory_is_named(tmp_path):
+    # It gave libstdc++'s "basic_filebuf::underflow error reading the file: Is a directory".
+    result = subprocess.run([CONSOLE_SCRIPT, "info", "--config", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert f"configuration file '{tmp_path}' is a directory; expected a .json or .toml file" in result.stderr
