@@ -276,7 +276,17 @@ RankResult train(const std::shared_ptr<distributed::ProcessGroup>& shared, const
   if (options.resume) {
     checkpoint::RestoreOptions restore;
     restore.device_map = {{"", device}};
-    start_step = checkpoint::load_training_state(*options.resume, model, *full_optimizer, restore).step;
+    const checkpoint::TrainingProgress resumed =
+        checkpoint::load_training_state(*options.resume, model, *full_optimizer, restore);
+    start_step = resumed.step;
+    // The teacher and every batch follow the seed: resumed under another one, training went on
+    // towards other targets, silently.
+    const auto saved_seed = resumed.user_metadata.find("torchbridge.train.seed");
+    if (saved_seed != resumed.user_metadata.end() && saved_seed->second != std::to_string(options.seed)) {
+      throw UsageError("--resume " + *options.resume + " was trained with --seed " + saved_seed->second +
+                       ", and this run has --seed " + std::to_string(options.seed) +
+                       " (the teacher model and the data follow the seed); pass --seed " + saved_seed->second);
+    }
     if (start_step >= options.steps) {
       throw UsageError("--resume " + *options.resume + " is at step " + std::to_string(start_step) +
                        ", not before --steps " + std::to_string(options.steps) + ": nothing to train");
@@ -352,7 +362,8 @@ RankResult train(const std::shared_ptr<distributed::ProcessGroup>& shared, const
       progress.step = options.steps;
       progress.user_metadata = {{"torchbridge.train.model", "builtin:" + options.model},
                                 {"torchbridge.train.world_size", std::to_string(world)},
-                                {"torchbridge.train.mode", to_string(options.mode)}};
+                                {"torchbridge.train.mode", to_string(options.mode)},
+                                {"torchbridge.train.seed", std::to_string(options.seed)}};
       checkpoint::save_training_state(*options.save, model, zero ? *to_save : *full_optimizer, progress);
     }
     group.barrier();  // the file is complete before any rank reports success

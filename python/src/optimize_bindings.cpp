@@ -39,6 +39,7 @@ ModelTraits traits_from_json(const std::string& text) {
   traits.torchscript = j.at("torchscript").get<bool>();
   traits.has_convolutions = j.at("has_convolutions").get<bool>();
   traits.has_linear = j.at("has_linear").get<bool>();
+  traits.has_int8_linear = j.at("has_int8_linear").get<bool>();
   traits.optimizer = j.at("optimizer").get<std::string>();
   traits.has_example_inputs = j.at("has_example_inputs").get<bool>();
   traits.has_block_container = j.at("has_block_container").get<bool>();

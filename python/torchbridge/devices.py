@@ -235,4 +235,9 @@ def _device_module(name: str) -> types.ModuleType:
 def _load_from_environment() -> None:
     requested = os.environ.get(LOAD_ENV_VAR, "").strip()
     if requested:
-        load(requested)
+        try:
+            load(requested)
+        except (RuntimeError, ValueError) as error:
+            # Raised while torchbridge is imported, far from where the variable was set: named here.
+            raise type(error)(f"{LOAD_ENV_VAR}={requested!r} (loaded when torchbridge is imported): {error}; "
+                              f"unset it or name a device library that loads") from None

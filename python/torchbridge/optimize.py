@@ -25,7 +25,8 @@ from torch.utils.dlpack import to_dlpack
 
 from . import _C
 from ._forward_wrapping import WrappedForward, wrap_forward
-from ._int8_linear import quantize_linear_weights
+from ._int8_linear import quantize_linear_weights, unsupported_reason
+from ._module_swap import hooks_reason
 from ._outputs import eval_mode, flatten
 from ._recomputed_buffers import BufferStates, ChangingBuffers
 from .fp8 import convert_to_fp8
@@ -97,6 +98,8 @@ def _model_traits(model: torch.nn.Module, optimizer, example_inputs=None) -> dic
         "has_convolutions": any(isinstance(m, torch.nn.Conv2d) for m in modules)
         or (isinstance(model, torch.jit.ScriptModule) and "Conv2d" in str(model.graph)),
         "has_linear": any(type(m) is torch.nn.Linear for m in modules),
+        "has_int8_linear": any(type(m) is torch.nn.Linear and unsupported_reason(m) is None and hooks_reason(m) is None
+                               for m in modules),
         "optimizer": "" if optimizer is None else type(optimizer).__name__,
         "has_block_container": _block_container(model) is not None,
     }
@@ -220,6 +223,7 @@ class UnifiedManager:
         self._native = _C.UnifiedManager(json.dumps(dict(self.config.to_dict(), backend=self.backend.name)))
         self.precision = PrecisionDecision.from_json(self._native.precision_json())
         self._report = None
+        self._traits = None  # the last optimize()'s model, as the plan saw it
 
     @property
     def device(self) -> torch.device:
@@ -227,7 +231,8 @@ class UnifiedManager:
 
     def autocast(self):
         """The autocast context the configured level and precision use (a no-op context when they
-        use none), for code that runs outside the optimized model's forward (e.g. the loss)."""
+        use none, or when the last optimized model runs without: a TorchScript one), for code that
+        runs outside the optimized model's forward (e.g. the loss)."""
         dtype = self._autocast_dtype()
         if dtype is None:
             return contextlib.nullcontext()
@@ -260,7 +265,8 @@ class UnifiedManager:
         _check_full_precision_model(model, self.precision.precision, named=self.config.precision != "auto")
         if example_inputs is not None and not isinstance(example_inputs, tuple):
             example_inputs = (example_inputs,)
-        plan = json.loads(self._native.plan_json(json.dumps(_model_traits(model, optimizer, example_inputs))))
+        self._traits = _model_traits(model, optimizer, example_inputs)
+        plan = json.loads(self._native.plan_json(json.dumps(self._traits)))
         validating = any(step["name"] == "validate" and step["apply"] for step in plan)
         reference = _Reference(model, example_inputs) if validating else None
         outcomes, failure = [], None
@@ -287,8 +293,11 @@ class UnifiedManager:
         return model if optimizer is None else (model, optimizer)
 
     def _autocast_dtype(self):
-        traits = {"torchscript": False, "has_convolutions": False, "has_linear": False, "optimizer": "",
-                  "has_example_inputs": False, "has_block_container": False}
+        # The last optimized model's traits: a TorchScript model's plan skips autocast, and
+        # autocast() turned it on around that model anyway.
+        traits = self._traits or {"torchscript": False, "has_convolutions": False, "has_linear": False,
+                                  "has_int8_linear": False, "optimizer": "", "has_example_inputs": False,
+                                  "has_block_container": False}
         for step in json.loads(self._native.plan_json(json.dumps(traits))):
             if step["name"] == "autocast" and step["apply"]:
                 return getattr(torch, step["argument"])

@@ -106,8 +106,8 @@ class Planner {
 
   void plan_o2_o3() {
     const bool training = config_.training;
-    const bool int8 = !training && device_.backend == "cpu" && precision_ == Precision::kBf16 && model_.has_linear &&
-                      model_.python;
+    const bool int8 = !training && device_.backend == "cpu" && precision_ == Precision::kBf16 &&
+                      model_.has_int8_linear && model_.python && !model_.torchscript;
     if (!low_precision(precision_)) {
       add("autocast", OptLevel::O2, false, std::string("precision is ") + name_of(precision_) + ": nothing to autocast");
     } else if (model_.torchscript) {
@@ -214,10 +214,14 @@ class Planner {
               std::string(name_of(precision_)));
     } else if (!model_.python) {
       add("int8_weights", OptLevel::O3, false, "the C++ front end has no int8 Linear module yet");
+    } else if (model_.torchscript) {
+      add("int8_weights", OptLevel::O3, false,
+          "TorchScript modules cannot have their Linear layers swapped; they run in the dtypes they were scripted with");
     } else {
       add("int8_weights", OptLevel::O3, int8,
           int8 ? "Linear weights stored as int8 with a scale per output row (torch._weight_int8pack_mm)"
-               : "the model has no Linear layer");
+          : model_.has_linear ? "no Linear layer the int8 kernel can run (in_features a multiple of 16, no hooks)"
+                              : "the model has no Linear layer");
     }
   }
 

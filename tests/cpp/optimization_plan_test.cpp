@@ -164,12 +164,26 @@ TEST(OptimizationPlan, O3UsesFp8OnHardwareWithFp8) {
 }
 
 TEST(OptimizationPlan, O3InferenceOnABf16CpuStoresLinearWeightsInInt8) {
-  const auto steps = plan(at_level(OptLevel::O3, false), bf16_cpu(), {.python = true, .has_linear = true});
+  const ModelTraits quantizable{.python = true, .has_linear = true, .has_int8_linear = true};
+  const auto steps = plan(at_level(OptLevel::O3, false), bf16_cpu(), quantizable);
   EXPECT_TRUE(step(steps, "int8_weights").apply);
   EXPECT_TRUE(step(steps, "low_precision_weights").apply);
   EXPECT_FALSE(step(steps, "compile").apply);
-  EXPECT_FALSE(step(plan(at_level(OptLevel::O3, true), bf16_cpu(), {.python = true, .has_linear = true}),
-                    "int8_weights").apply);
+  EXPECT_FALSE(step(plan(at_level(OptLevel::O3, true), bf16_cpu(), quantizable), "int8_weights").apply);
+}
+
+// Linear layers the int8 kernel cannot run (in_features 10): int8 quantized nothing, and compile
+// was skipped for it anyway, so O3 did less than O2.
+TEST(OptimizationPlan, O3CompilesWhereInt8WouldQuantizeNothing) {
+  const auto steps = plan(at_level(OptLevel::O3, false), bf16_cpu(), {.python = true, .has_linear = true});
+  EXPECT_FALSE(step(steps, "int8_weights").apply);
+  EXPECT_NE(step(steps, "int8_weights").reason.find("no Linear layer the int8 kernel can run"), std::string::npos);
+  EXPECT_TRUE(step(steps, "compile").apply);
+  // TorchScript: the reason says so, not "the model has no Linear layer".
+  const auto scripted = plan(at_level(OptLevel::O3, false), bf16_cpu(), {.python = true, .torchscript = true,
+                                                                         .has_linear = true, .has_int8_linear = true});
+  EXPECT_NE(step(scripted, "int8_weights").reason.find("TorchScript modules cannot have their Linear layers swapped"),
+            std::string::npos);
 }
 
 TEST(OptimizationPlan, TorchScriptIsFrozenForInferenceOnly) {

@@ -12,6 +12,14 @@ def test_environment_variable_loads_the_device_on_import():
     assert result.stdout.split() == ["emu", "emu:0"]
 
 
+def test_a_device_the_environment_variable_names_that_cannot_load_is_named_with_the_variable():
+    # Raised on import, by every command of the console script: the error now says where it came from.
+    result = run_python("import torchbridge", env={"TORCHBRIDGE_LOAD_DEVICE": "bogus"})
+    assert result.returncode != 0
+    assert ("TORCHBRIDGE_LOAD_DEVICE='bogus' (loaded when torchbridge is imported): no device library "
+            "libtorchbridge_device_bogus.so") in result.stderr
+
+
 def test_naming_the_device_in_the_factory_loads_it():
     result = run_python("import torch, torchbridge; b = torchbridge.BackendFactory.create('emu'); "
                         "print(b.device, b.get_device_info().name, torch.ones(1, device=b.device).device)")

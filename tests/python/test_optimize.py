@@ -689,3 +689,19 @@ def test_o0_moves_the_optimizers_state_with_the_model(fresh_python):
         print("ok")
     """), timeout=300)
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+
+
+def test_o3_compiles_a_model_whose_linear_layers_int8_cannot_run():
+    # int8 quantized nothing (in_features 10 is no multiple of 16) and compile was skipped for it anyway.
+    model = torch.nn.Sequential(torch.nn.Linear(10, 30), torch.nn.ReLU(), torch.nn.Linear(30, 10)).eval()
+    manager = UnifiedManager(cpu_config(training=False, optimization_level="O3", precision="bf16"))
+    manager.optimize(model)
+    assert outcomes(manager)["int8_weights"] == "skipped" and outcomes(manager)["compile"] == "applied"
+
+
+def test_autocast_follows_the_last_optimized_model():
+    # The plan skips autocast for a TorchScript model; manager.autocast() enabled it around that model.
+    manager = UnifiedManager(cpu_config(training=False, optimization_level="O2", precision="bf16"))
+    scripted = manager.optimize(torch.jit.script(mlp().eval()))
+    with manager.autocast():
+        assert scripted(torch.randn(2, 32)).dtype == torch.float32

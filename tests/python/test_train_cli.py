@@ -86,6 +86,16 @@ def test_a_run_resumes_with_another_number_of_ranks(tmp_path):
     assert max_difference(parameters(tmp_path / "resumed.safetensors"), parameters(tmp_path / "full.safetensors")) < 1e-5
 
 
+def test_a_run_resumed_under_another_seed_is_refused(tmp_path):
+    # The teacher and the data follow the seed: a resume under another one trained towards other
+    # targets, silently (exit 0).
+    saved = tmp_path / "seed0.safetensors"
+    train("--model", "builtin:mlp", "--steps", "4", "--save", str(saved))
+    refused = train("--model", "builtin:mlp", "--steps", "8", "--seed", "1", "--resume", str(saved), check=False)
+    assert refused.returncode != 0
+    assert f"--resume {saved} was trained with --seed 0, and this run has --seed 1" in refused.stderr
+
+
 def test_data_parallel_on_an_sdk_device_matches_the_cpu(tmp_path):
     """emu's gradients and ZeRO-1's parameter exchange travel through host memory (Gloo takes CPU
     tensors only); the training must be the CPU's."""

@@ -21,6 +21,9 @@ struct ModelTraits {
   bool torchscript = false;       // a TorchScript module
   bool has_convolutions = false;  // a 2-D convolution somewhere (channels-last pays off)
   bool has_linear = false;        // a Linear layer somewhere (FP8 and int8 weights apply to those)
+  // Python: an nn.Linear the int8 weight-only kernel can run (in_features a multiple of 16, no
+  // hooks). Without one, int8_weights quantizes nothing and leaves compile to apply.
+  bool has_int8_linear = false;
   std::string optimizer;          // the optimizer's class name ("Adam", "AdamW", "SGD", ...), "" for none
   bool has_example_inputs = false;  // optimize() was given inputs to validate with
   // Python: an nn.Sequential or nn.ModuleList of two or more blocks, which the executor checkpoints
