@@ -27,7 +27,8 @@
 namespace torchbridge::amp {
 
 struct Fp8LinearOptions {
-  Fp8LinearOptions(int64_t in_features, int64_t out_features) : in_features(in_features), out_features(out_features) {}
+  // Parameter names of their own: consumers building with -Wshadow -Werror refused the members' names.
+  Fp8LinearOptions(int64_t in, int64_t out) : in_features(in), out_features(out) {}
 
   int64_t in_features;
   int64_t out_features;
