@@ -6,6 +6,7 @@
 
 #include <torchbridge/checkpoint/checkpoint.h>
 #include <torchbridge/device_info.h>
+#include <torchbridge/error_summary.h>
 
 #include <ATen/ops/sum.h>
 #include <c10/util/Exception.h>
@@ -120,7 +121,7 @@ int verify(const std::vector<std::string>& args) {
               << (checkpoint.shards().size() == 1 ? " file)\n" : " shards)\n");
     return 0;
   } catch (const c10::Error& e) {
-    std::cerr << "torchbridge: invalid: " << first_line(e.msg()) << "\n";
+    std::cerr << "torchbridge: invalid: " << error_summary(e.msg()) << "\n";
     return 1;
   }
 }

@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "text_format.h"
 
+#include <torchbridge/error_summary.h>
 #include <torchbridge/version.h>
 
 #include <torch/version.h>
@@ -83,7 +84,7 @@ int run_cli(const std::vector<std::string>& argv) {
     std::cerr << "torchbridge: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "torchbridge: error: " << first_line(e.what()) << "\n";
+    std::cerr << "torchbridge: error: " << error_summary(e.what()) << "\n";
     return 1;
   }
 }

@@ -8,6 +8,7 @@
 #include "text_format.h"
 
 #include <torchbridge/closest_name.h>
+#include <torchbridge/error_summary.h>
 #include <torchbridge/health.h>
 #include <torchbridge/optimize/config.h>
 #include <torchbridge/registry.h>
@@ -117,14 +118,14 @@ std::vector<Check> backend_checks(const std::string* wanted) {
     try {
       only = registry.lookup(*wanted);
     } catch (const std::exception& e) {
-      checks.push_back({*wanted + " load", Outcome::kFailure, first_line(e.what()), std::nullopt});
+      checks.push_back({*wanted + " load", Outcome::kFailure, error_summary(e.what()), std::nullopt});
       return checks;
     }
   }
   try {
     checks.push_back({"best backend", Outcome::kOk, registry.detect_best_backend(), std::nullopt});
   } catch (const std::exception& e) {
-    checks.push_back({"best backend", Outcome::kFailure, first_line(e.what()), std::nullopt});
+    checks.push_back({"best backend", Outcome::kFailure, error_summary(e.what()), std::nullopt});
   }
   for (const auto& entry : registry.entries()) {
     if (only != nullptr && entry.backend != only) continue;

@@ -5,6 +5,7 @@
 #include "printable_json.h"
 #include "text_format.h"
 
+#include <torchbridge/error_summary.h>
 #include <torchbridge/json_text.h>
 #include <torchbridge/optimize/config.h>
 #include <torchbridge/optimize/hardware_config.h>
@@ -59,13 +60,13 @@ DeviceReport describe_device(Backend& backend, int index, const HardwareConfig& 
     report.memory = backend.memory_stats(index);
     report.precision = decide_precision(*report.info, "auto");
   } catch (const std::exception& e) {
-    report.error = first_line(e.what());
+    report.error = error_summary(e.what());
     return report;
   }
   try {
     report.hardware = hardware_notes(hardware, *report.info);
   } catch (const std::exception& e) {
-    report.hardware_error = first_line(e.what());
+    report.hardware_error = error_summary(e.what());
   }
   return report;
 }
@@ -192,7 +193,7 @@ int run_info(const std::vector<std::string>& args) {
   try {
     best = registry.detect_best_backend();
   } catch (const std::exception& e) {
-    best_error = first_line(e.what());
+    best_error = error_summary(e.what());
   }
 
   if (parsed.has("--json")) {

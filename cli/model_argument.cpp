@@ -3,6 +3,7 @@
 #include "arguments.h"
 #include "text_format.h"
 
+#include <torchbridge/error_summary.h>
 #include <torchbridge/validation/builtin_models.h>
 #include <torchbridge/validation/validator.h>
 
@@ -20,7 +21,7 @@ ModelArgument load_model_argument(const std::string& spec) {
       const auto& info = validation::builtin_model_info(name);
       return {validation::make_builtin_model(name), spec, info.input_shape};
     } catch (const c10::Error& e) {
-      throw UsageError("--model " + spec + ": " + first_line(e.msg()));
+      throw UsageError("--model " + spec + ": " + error_summary(e.msg()));
     }
   }
   if (!std::filesystem::is_regular_file(spec)) {
@@ -29,7 +30,7 @@ ModelArgument load_model_argument(const std::string& spec) {
   try {
     return {torch::jit::load(spec), spec, std::nullopt};
   } catch (const c10::Error& e) {
-    throw UsageError("--model '" + spec + "' is not a TorchScript module torch can load: " + first_line(e.msg()));
+    throw UsageError("--model '" + spec + "' is not a TorchScript module torch can load: " + error_summary(e.msg()));
   }
 }
 
@@ -46,7 +47,7 @@ std::vector<std::vector<int64_t>> parse_input_shapes(const std::string& text) {
       begin = end + 1;
     }
   } catch (const c10::Error& e) {
-    throw UsageError("--input-shape '" + text + "': " + first_line(e.msg()));
+    throw UsageError("--input-shape '" + text + "': " + error_summary(e.msg()));
   }
   return shapes;
 }

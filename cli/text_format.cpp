@@ -37,8 +37,4 @@ std::string scientific(double value) {
   return buffer;
 }
 
-std::string first_line(const std::string& message) {
-  return message.substr(0, message.find('\n'));
-}
-
 }  // namespace torchbridge::cli

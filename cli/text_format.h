@@ -15,7 +15,5 @@ std::string column(const std::string& text, size_t width);
 // "1.23" with `digits` decimals; "4.56e-07" (three significant digits) for measured errors.
 std::string fixed(double value, int digits);
 std::string scientific(double value);
-// The first line of an error message (c10 errors append a C++ backtrace after it).
-std::string first_line(const std::string& message);
 
 }  // namespace torchbridge::cli

@@ -12,6 +12,7 @@
 #include <torchbridge/distributed/fingerprint.h>
 #include <torchbridge/distributed/process_group.h>
 #include <torchbridge/distributed/zero_optimizer.h>
+#include <torchbridge/error_summary.h>
 #include <torchbridge/parse_integer.h>
 #include <torchbridge/registry.h>
 #include <torchbridge/validation/builtin_models.h>
@@ -118,7 +119,7 @@ TrainOptions parse_train_options(const ParsedArguments& parsed) {
   try {
     validation::builtin_model_info(options.model);
   } catch (const c10::Error& e) {
-    throw UsageError("--model " + *model + ": " + first_line(e.msg()));
+    throw UsageError("--model " + *model + ": " + error_summary(e.msg()));
   }
   std::vector<std::pair<std::string, Parallelism>> modes;
   if (parsed.has("--data-parallel")) modes.emplace_back("--data-parallel", Parallelism::data_parallel);

@@ -12,6 +12,8 @@
 #include <torchbridge/validation/builtin_models.h>
 #include <torchbridge/validation/validator.h>
 
+#include <c10/util/Exception.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -87,11 +89,36 @@ double worst(double so_far, double value, WorseThan worse_than) {
   return worse_than(value, so_far) ? value : so_far;
 }
 
+// The --backends list with each backend once: split_list compares the names as written, so an
+// alias and its name ("emu,privateuse1") validated one device twice. A name no backend has is
+// kept as written for the validator to refuse.
+std::vector<std::string> distinct_backends(const std::string& text) {
+  std::vector<std::string> names = split_list(text, "--backends");
+  std::map<std::string, std::string> written_as;  // backend name -> the entry that named it
+  for (const std::string& name : names) {
+    std::string backend = name;
+    try {
+      backend = BackendRegistry::instance().lookup(name)->name();
+    } catch (const c10::Error&) {
+      continue;
+    }
+    const auto [first, fresh] = written_as.emplace(backend, name);
+    if (!fresh) {
+      throw UsageError("--backends '" + text + "' names backend '" + backend + "' twice ('" + first->second +
+                       "' and '" + name + "')");
+    }
+  }
+  return names;
+}
+
 void print_table(const validation::ValidationReport& report, const std::string& label) {
+  // Wide enough for every backend name ("privateus" was cut from privateuse1).
+  size_t backend_width = 10;
+  for (const auto& c : report.checks) backend_width = std::max(backend_width, c.backend.size() + 2);
   std::cout << "Validated " << label << " (" << report.model_kind << ") in " << name_of(report.precision)
             << (report.checkpointing ? " with checkpointed training" : "") << " against " << report.reference << "\n\n";
-  std::cout << column("backend", 10) << column("check", 13) << column("passed", 9) << column("max abs err", 13)
-            << column("max rel err", 13) << column("min cosine", 12) << "\n";
+  std::cout << column("backend", backend_width) << column("check", 13) << column("passed", 9)
+            << column("max abs err", 13) << column("max rel err", 13) << column("min cosine", 12) << "\n";
   struct Row {
     int passed = 0, total = 0;
     double abs = 0, rel = 0, cosine = 1;
@@ -115,7 +142,7 @@ void print_table(const validation::ValidationReport& report, const std::string& 
   for (const auto& key : order) {
     const Row& row = rows[key];
     const bool comparison = key.second == validation::CheckKind::kOutput || key.second == validation::CheckKind::kGradient;
-    std::cout << column(key.first, 10) << column(validation::check_name(key.second), 13)
+    std::cout << column(key.first, backend_width) << column(validation::check_name(key.second), 13)
               << column(std::to_string(row.passed) + "/" + std::to_string(row.total), 9)
               << column(row.has_metrics ? scientific(row.abs) : "-", 13)
               << column(comparison ? scientific(row.rel) : "-", 13)
@@ -149,7 +176,7 @@ int run_validate(const std::vector<std::string>& args) {
   const std::string* model_spec = parsed.option("--model");
   if (!model_spec) throw UsageError("validate needs --model builtin:NAME or --model FILE (see --help)");
   validation::ValidatorOptions options;
-  options.backends = parsed.option("--backends") ? split_list(*parsed.option("--backends"), "--backends") : default_backends();
+  options.backends = parsed.option("--backends") ? distinct_backends(*parsed.option("--backends")) : default_backends();
   if (const auto* dtype = parsed.option("--dtype")) options.precision = validation::validation_precision(*dtype);
   if (const auto* seed = parsed.option("--seed")) options.seed = parse_unsigned(*seed, "--seed");
   options.checkpointing = parsed.has("--checkpointing");

@@ -281,6 +281,14 @@ def test_cli_human_table_and_exit_code():
     assert "\r" not in run.stderr  # no progress display when stderr is not a terminal
 
 
+def test_cli_validates_each_backend_once_whatever_it_is_called():
+    # emu and its alias privateuse1 were validated as two backends, the table cutting the second
+    # to "privateus".
+    run = validate_cli("--model", "builtin:mlp", "--backends", "emu,privateuse1")
+    assert run.returncode == 1
+    assert "--backends 'emu,privateuse1' names backend 'emu' twice ('emu' and 'privateuse1')" in run.stderr
+
+
 @pytest.mark.parametrize("fault, failing_check", [
     ("corrupt-copy", "determinism"),  # one element of the first device->host copy is corrupted
     ("drop-copy", "output"),          # the first host->device copy never happens
