@@ -91,17 +91,19 @@ int inspect(const std::vector<std::string>& args) {
     if (checkpoint.sharded()) std::cout << "  shard " << shard["file"].get<std::string>() << " ("
                                         << format_bytes(shard["bytes"].get<int64_t>()) << ")\n";
   }
-  for (const auto& [key, value] : checkpoint.metadata()) std::cout << "  metadata " << key << " = " << value << "\n";
+  for (const auto& [key, value] : checkpoint.metadata()) {
+    std::cout << "  metadata " << visible(key) << " = " << visible(value) << "\n";
+  }
   // Columns as wide as their longest entry: cut names made different tensors look alike
   // (q_proj.weight and q_proj.weight_scale_inv).
   size_t name_width = 0, shape_width = 0;
   for (const auto& t : tensors) {
-    name_width = std::max(name_width, t["name"].get<std::string>().size());
+    name_width = std::max(name_width, visible(t["name"].get<std::string>()).size());
     shape_width = std::max(shape_width, t["shape"].dump().size());
   }
   for (const auto& t : tensors) {
-    std::cout << "  " << column(t["name"].get<std::string>(), name_width + 2) << column(t["dtype"].get<std::string>(), 9)
-              << column(t["shape"].dump(), shape_width + 2) << format_bytes(t["bytes"].get<int64_t>()) << "\n";
+    std::cout << "  " << column(visible(t["name"].get<std::string>()), name_width + 2)
+              << column(t["dtype"].get<std::string>(), 9) << column(t["shape"].dump(), shape_width + 2) << format_bytes(t["bytes"].get<int64_t>()) << "\n";
   }
   return 0;
 }

@@ -15,5 +15,8 @@ std::string column(const std::string& text, size_t width);
 // "1.23" with `digits` decimals; "4.56e-07" (three significant digits) for measured errors.
 std::string fixed(double value, int digits);
 std::string scientific(double value);
+// `text` with control characters written as escapes ("\n", "\x1b"): names and metadata from a
+// file, which could otherwise forge lines of a listing.
+std::string visible(const std::string& text);
 
 }  // namespace torchbridge::cli

@@ -288,9 +288,21 @@ class Machine {
         stack_.push_back(hooks_.persistent_load(*id));
         break;
       }
-      default:
+      default: {
+        // torch.save(model) pickles the module itself: NEWOBJ on its class. Named, that mistake
+        // explains itself, where the opcode alone did not.
+        std::string object;
+        for (size_t i = stack_.size(); i > 0 && i + 2 >= stack_.size(); --i) {
+          if (stack_[i - 1] && stack_[i - 1]->kind == Kind::global) {
+            object = " (it builds an object of class '" + stack_[i - 1]->text +
+                     "': torch.save of a whole model or another object, not of a state dict; save "
+                     "model.state_dict() instead)";
+            break;
+          }
+        }
         check(false, "opcode 0x", "0123456789abcdef"[op >> 4], "0123456789abcdef"[op & 15],
-              " is not one a state dict needs (not read here)");
+              " is not one a state dict needs (not read here)", object);
+      }
     }
   }
 

@@ -214,6 +214,15 @@ def test_inspect_shows_whole_names_and_shapes(tmp_path):
     assert "[" + ",".join(["1"] * 12) + "]" in text
 
 
+def test_inspect_shows_control_characters_in_names_and_metadata_as_escapes(tmp_path):
+    # Printed raw, a newline in a metadata value or a name forged a line of the listing.
+    path = tmp_path / "forged.safetensors"
+    save_file({"a\nfake  F32  [9]  36 B": torch.ones(2)}, str(path), metadata={"k": "v\n  w  F32  [9]  36 B"})
+    text = tb("checkpoint", "inspect", path).stdout
+    assert len(text.splitlines()) == 3, text  # the summary, one metadata line, one tensor line
+    assert "  metadata k = v\\n  w  F32  [9]  36 B\n" in text and "  a\\nfake  F32  [9]  36 B " in text
+
+
 def test_options_are_given_once_and_subcommands_have_help(tmp_path):
     source = tmp_path / "a.safetensors"
     save_file({"w": torch.ones(2)}, str(source))

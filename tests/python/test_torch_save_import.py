@@ -238,6 +238,15 @@ def test_foreign_files_are_refused(tmp_path):
     assert "it does not begin as a torch.save file does" in result.stderr
 
 
+def test_a_whole_model_saved_by_torch_save_is_named_with_its_class(tmp_path):
+    # The common mistake, torch.save(model): the error named only "opcode 0x81".
+    torch.save(torch.nn.Sequential(torch.nn.Linear(2, 2)), tmp_path / "whole.pt")
+    result = convert(tmp_path / "whole.pt", tmp_path / "out.safetensors")
+    assert result.returncode == 1
+    assert ("it builds an object of class 'torch.nn.modules.container.Sequential': torch.save of a whole model or "
+            "another object, not of a state dict; save model.state_dict() instead") in result.stderr
+
+
 def rewrite_pickle(source, target, edit):
     """Copies a torch.save archive, passing its data.pkl through `edit`."""
     with zipfile.ZipFile(source) as archive, zipfile.ZipFile(target, "w") as out:
