@@ -103,7 +103,8 @@ int inspect(const std::vector<std::string>& args) {
   }
   for (const auto& t : tensors) {
     std::cout << "  " << column(visible(t["name"].get<std::string>()), name_width + 2)
-              << column(t["dtype"].get<std::string>(), 9) << column(t["shape"].dump(), shape_width + 2) << format_bytes(t["bytes"].get<int64_t>()) << "\n";
+              << column(t["dtype"].get<std::string>(), 9) << column(t["shape"].dump(), shape_width + 2)
+              << format_bytes(t["bytes"].get<int64_t>()) << "\n";
   }
   return 0;
 }

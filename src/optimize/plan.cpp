@@ -216,7 +216,8 @@ class Planner {
       add("int8_weights", OptLevel::O3, false, "the C++ front end has no int8 Linear module yet");
     } else if (model_.torchscript) {
       add("int8_weights", OptLevel::O3, false,
-          "TorchScript modules cannot have their Linear layers swapped; they run in the dtypes they were scripted with");
+          "TorchScript modules cannot have their Linear layers swapped; they run in the dtypes they were "
+          "scripted with");
     } else {
       add("int8_weights", OptLevel::O3, int8,
           int8 ? "Linear weights stored as int8 with a scale per output row (torch._weight_int8pack_mm)"

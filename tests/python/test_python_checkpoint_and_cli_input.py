@@ -288,6 +288,7 @@ def test_output_the_command_could_not_write_is_a_failure():
 
 def test_a_configuration_path_that_is_a_directory_is_named(tmp_path):
     # It gave libstdc++'s "basic_filebuf::underflow error reading the file: Is a directory".
-    result = subprocess.run([CONSOLE_SCRIPT, "info", "--config", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([CONSOLE_SCRIPT, "info", "--config", str(tmp_path)], capture_output=True, text=True,
+                            timeout=120)
     assert result.returncode == 1
     assert f"configuration file '{tmp_path}' is a directory; expected a .json or .toml file" in result.stderr
