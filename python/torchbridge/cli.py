@@ -68,9 +68,11 @@ def _run(argv: "list[str]") -> int:
 
     # A crash in native code (a segfault in a device library, an abort) would otherwise end the
     # program with no word on stderr; faulthandler prints every thread's Python stack first.
-    faulthandler.enable(file=sys.stderr, all_threads=True)
+    if sys.stderr is not None:  # None when the shell closed it (2>&-), as for plain `python`
+        faulthandler.enable(file=sys.stderr, all_threads=True)
     # Line by line, so what a program printed before a crash is not lost in a pipe's buffer.
-    sys.stdout.reconfigure(line_buffering=True)
+    if sys.stdout is not None:
+        sys.stdout.reconfigure(line_buffering=True)
     try:
         redirect.enable()
     except Exception as error:  # noqa: BLE001 - any failure to start is reported, never silent
@@ -112,8 +114,9 @@ def _run(argv: "list[str]") -> int:
         # threads still run, and its atexit handlers still call torch.cuda, after this returns.
         # What the script printed reaches the terminal or pipe now, even if native code crashes
         # while the interpreter shuts down.
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None when the shell closed it, as for plain `python`
+                stream.flush()
     return 0
 
 
@@ -144,7 +147,7 @@ def _export(argv: "list[str]") -> int:
     the other formats run the same C++ code as the ``torchbridge`` binary."""
     options = _options(argv, ("--model", "--format", "--output", "--input-shape"))
     if options is None or options.get("--format") not in _PYTHON_EXPORTS:
-        sys.stdout.flush()
+        _flush_stdout()
         return _run_cli(["export"] + list(argv))
     export_format = options["--format"]
     exporter_name, verified_by = _PYTHON_EXPORTS[export_format]
@@ -157,6 +160,8 @@ def _export(argv: "list[str]") -> int:
         for required in ("--model", "--output"):
             if required not in options:
                 raise ValueError(f"export needs {required} (see --help)")
+        if not options["--output"]:  # the exporter's own error named its parameter, output_path
+            raise ValueError("--output is empty; expected the path of the file to write")
         spec = options["--model"]
         if spec.startswith("builtin:"):
             name = spec[len("builtin:"):]
@@ -211,6 +216,14 @@ _PYTHON_COMMANDS = {"run": _run, "export": _export}
 _SELF_COMMAND = [sys.executable, "-m", "torchbridge.cli"]
 
 
+def _flush_stdout() -> None:
+    """What Python printed goes out before the C++ command writes to the same descriptor. With
+    standard output closed (>&-) sys.stdout is None, and flushing it raised AttributeError; the
+    command then finds the descriptor closed and says so itself."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+
+
 def _run_cli(argv: "list[str]") -> int:
     # As bytes: an argument that is not UTF-8 (a file name) reaches Python as a str with surrogate
     # escapes, which the binding could not turn into a C++ string (a TypeError, not a run).
@@ -221,7 +234,7 @@ def main(argv: "list[str] | None" = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in _PYTHON_COMMANDS:
         return _PYTHON_COMMANDS[argv[0]](argv[1:])
-    sys.stdout.flush()
+    _flush_stdout()
     return _run_cli(argv)
 
 

@@ -292,3 +292,23 @@ def test_a_configuration_path_that_is_a_directory_is_named(tmp_path):
                             timeout=120)
     assert result.returncode == 1
     assert f"configuration file '{tmp_path}' is a directory; expected a .json or .toml file" in result.stderr
+
+
+def test_the_console_script_runs_with_standard_output_closed(tmp_path):
+    # sys.stdout is None then: the console script raised AttributeError ('NoneType' object has no
+    # attribute 'flush') instead of the command's own error, and `run` did the same after the program.
+    closed = subprocess.run([CONSOLE_SCRIPT, "info", "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, timeout=120, preexec_fn=lambda: os.close(1))
+    assert closed.returncode == 1 and "writing to standard output failed" in closed.stderr, closed.stderr
+    assert "Traceback" not in closed.stderr
+    (tmp_path / "program.py").write_text("print('lost, as with plain python')\n")
+    program = subprocess.run([CONSOLE_SCRIPT, "run", str(tmp_path / "program.py")], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=lambda: os.close(1))
+    assert program.returncode == 0 and "Traceback" not in program.stderr, program.stderr
+
+
+def test_export_names_an_empty_output_option():
+    result = subprocess.run([CONSOLE_SCRIPT, "export", "--model", "builtin:mlp", "--format", "onnx", "--output", ""],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "--output is empty; expected the path of the file to write" in result.stderr
+
