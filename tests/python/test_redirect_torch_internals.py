@@ -65,6 +65,24 @@ def test_the_default_device_context_reaches_the_target(target):
     assert inside.device.type == by_default.device.type == layer.weight.device.type == target
 
 
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_fx_graphs_holding_a_device_run_under_redirection(target):
+    # torch.fx imports `device` into generated code only where that global equals torch.device;
+    # the stand-in did not, and every such graph raised "NameError: name 'device' is not defined"
+    # (torch.compile's backward under autocast, torch.export(...).module()).
+    with redirect.redirected(target):
+        real_device = type(torch.device("cpu"))
+        assert torch.device is not real_device and torch.device == real_device and not torch.device != real_device
+        assert hash(torch.device) == hash(real_device)
+        graph = torch.fx.Graph()
+        x = graph.placeholder("x")
+        graph.output(graph.call_function(torch.ops.aten._to_copy.default, (x,),
+                                         {"dtype": torch.float64, "device": torch.device("cpu")}))
+        module = torch.fx.GraphModule(torch.nn.Module(), graph)
+        assert "device = device(type='cpu')" in module.code
+        assert module(torch.ones(2)).dtype == torch.float64
+
+
 def test_torch_cuda_device_is_a_class_that_scopes_the_current_device():
     with redirect.redirected("emu"):
         scope = torch.cuda.device(1)
@@ -204,13 +222,19 @@ def test_init_process_group_nccl_on_an_sdk_device_names_the_way_out(tmp_path):
 
 
 def _public_functions_of_torch_cuda():
-    for name in sorted(dir(torch.cuda)):
-        value = getattr(torch.cuda, name)
-        if name.startswith("_") or isinstance(value, type) or not callable(value):
-            continue
-        if not (getattr(value, "__module__", "") or "").startswith(("torch", "torchbridge")):
-            continue  # typing helpers and the like, imported into the namespace
-        yield name, value
+    """(name, function) for torch.cuda's and its tunable and profiler submodules' functions, whose
+    CUDA-only bindings raised a bare AttributeError ("tunable.enable", "profiler.start")."""
+    for prefix, module in (("", torch.cuda), ("tunable.", importlib.import_module("torch.cuda.tunable")),
+                           ("profiler.", importlib.import_module("torch.cuda.profiler"))):
+        for name in sorted(dir(module)):
+            value = getattr(module, name)
+            if name.startswith("_") or isinstance(value, type) or not callable(value) or value is torch.cuda:
+                continue
+            if not (getattr(value, "__module__", "") or "").startswith(("torch", "torchbridge")):
+                continue  # typing helpers and the like, imported into the namespace
+            if prefix and getattr(torch.cuda, name, None) is value:
+                continue  # torch.cuda's own, re-exported (profiler.cudart)
+            yield prefix + name, value
 
 
 @pytest.mark.parametrize("target", ["emu", "cpu"])

@@ -28,6 +28,7 @@ REASONS = {
     "can_device_access_peer": "it asks the CUDA driver about peer access between two GPUs",
     "cudart": "it returns the CUDA runtime library, which the target does not run on",
     "check_error": "it interprets CUDA runtime error codes",
+    "get_stream_from_external": "it wraps a stream that the CUDA runtime made outside torch",
     "graph_pool_handle": _GRAPHS,
     "make_graphed_callables": _GRAPHS,
 }
@@ -47,6 +48,15 @@ NCCL_FUNCTIONS = ("version", "unique_id", "init_rank", "all_reduce", "reduce", "
                   "reduce_scatter")
 _NCCL = ("NCCL runs collectives between CUDA GPUs only; torch.distributed's init_process_group(\"nccl\") "
          "runs on Gloo when the target is the CPU")
+
+
+# torch.cuda's submodules whose functions call CUDA-only bindings (a CPU build of torch raised a bare
+# AttributeError on torch._C._cuda_tunableop_*, or on None for the profiler's cudart).
+_TUNABLE = "TunableOp tunes CUDA and ROCm GEMM kernels, and the target runs none"
+# What TunableOp answers truthfully on the target: nothing is enabled, nothing records.
+TUNABLE_QUERIES = ("is_enabled", "tuning_is_enabled", "record_untuned_is_enabled")
+_PROFILER = "it starts or stops NVIDIA's CUDA profiler (cudaProfilerStart/Stop), which sees no work on the target"
+PROFILER_FUNCTIONS = ("start", "stop", "profile")  # its cudart and check_error are torch.cuda's, refused above
 
 
 def _refusal(qualified_name, reason, target):
@@ -82,6 +92,19 @@ def memory_history_replacements(target: str) -> dict:
             return refuse(enabled, *args, **kwargs)
 
         result["_record_memory_history"] = record_memory_history
+    return result
+
+
+def submodule_replacements(target: str) -> dict:
+    """{(torch.cuda submodule, name): replacement} for torch.cuda.tunable and torch.cuda.profiler."""
+    import torch.cuda.profiler as profiler
+    import torch.cuda.tunable as tunable
+
+    result = {("profiler", name): _refusal(f"profiler.{name}", _PROFILER, target) for name in PROFILER_FUNCTIONS
+              if hasattr(profiler, name)}
+    for name in tunable.__all__:
+        result[("tunable", name)] = ((lambda: False) if name in TUNABLE_QUERIES
+                                     else _refusal(f"tunable.{name}", _TUNABLE, target))
     return result
 
 

@@ -365,6 +365,8 @@ def install(redirector, patcher):
             patcher.replace(nccl, name, replacement)
         for name, replacement in _cuda_unavailable.memory_history_replacements(redirector.target).items():
             patcher.replace(torch.cuda.memory, name, replacement)
+        for (module, name), replacement in _cuda_unavailable.submodule_replacements(redirector.target).items():
+            patcher.replace(importlib.import_module(f"torch.cuda.{module}"), name, replacement)
 
     # -- child processes started by multiprocessing redirect as this one does ---------------------------
     _multiprocessing.install(patcher, redirector)

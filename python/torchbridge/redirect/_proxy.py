@@ -17,6 +17,19 @@ def proxy_class(real_type, make, name=None, class_attributes=None):
         def __call__(cls, *args, **kwargs):
             return make(*args, **kwargs)
 
+        # Equal to the real type, as isinstance answers for it: torch.fx's code generator imports
+        # `device` for graphs holding a torch.device only where that global equals torch.device,
+        # and under redirection every such graph raised NameError: name 'device' is not defined
+        # (torch.compile's backward under autocast, torch.export(...).module()).
+        def __eq__(cls, other):
+            return other is cls or other is real_type
+
+        def __ne__(cls, other):
+            return not (other is cls or other is real_type)
+
+        def __hash__(cls):
+            return hash(real_type)
+
     namespace = {"__doc__": real_type.__doc__, "__module__": real_type.__module__, **(class_attributes or {})}
     return Meta(name or real_type.__name__, (), namespace)
 
