@@ -655,6 +655,35 @@ def test_processes_started_as_fresh_interpreters_redirect_like_their_parent(tmp_
     assert "child allocates on emu:0" in result.stdout
 
 
+SPAWN_WITH_DEVICE_ARGUMENTS_PROGRAM = """
+import torch
+import torch.multiprocessing as mp
+
+
+def worker(rank, device, tensor, queue):
+    placed = tensor.to(device)
+    queue.put((rank, str(device), str(placed.device), placed.cpu().tolist()))
+
+
+if __name__ == "__main__":
+    device = torch.device("cuda")  # a CUDA program hands its device to its workers
+    queue = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(worker, args=(device, torch.arange(3.0), queue), nprocs=2)
+    print(sorted(queue.get() for _ in range(2)))
+"""
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_spawned_processes_receive_arguments_on_the_targets_device(tmp_path, target):
+    # The child unpickled its arguments before redirection loaded emu: "Expected one of cpu, cuda,
+    # ... device type at start of device string: emu".
+    result = _run_redirected(SPAWN_WITH_DEVICE_ARGUMENTS_PROGRAM, target, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    device = "emu:0" if target == "emu" else "cpu"
+    kind = "emu" if target == "emu" else "cpu"
+    assert f"[(0, '{kind}', '{device}', [0.0, 1.0, 2.0]), (1, '{kind}', '{device}', [0.0, 1.0, 2.0])]" in result.stdout
+
+
 def _free_port():
     import socket
 
