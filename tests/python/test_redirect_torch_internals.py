@@ -684,6 +684,43 @@ def test_spawned_processes_receive_arguments_on_the_targets_device(tmp_path, tar
     assert f"[(0, '{kind}', '{device}', [0.0, 1.0, 2.0]), (1, '{kind}', '{device}', [0.0, 1.0, 2.0])]" in result.stdout
 
 
+LIGHTNING_DEFAULT_TRAINER_PROGRAM = """
+import torch
+import lightning as L
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 2)
+
+    def training_step(self, batch, index):
+        return self.layer(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+if __name__ == "__main__":
+    trainer = L.Trainer(max_steps=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=False)
+    print("devices", trainer.num_devices, flush=True)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(16, 4)), batch_size=4)
+    trainer.fit(Net(), data)
+"""
+
+
+def test_lightnings_multi_device_launch_starts_its_ranks_redirected_and_refuses_ddp_on_the_device(tmp_path):
+    # emu's two devices make Lightning's default Trainer a DDP run, whose second rank Lightning
+    # starts as `python SCRIPT`: unredirected, it trained on the CPU alone while the first waited
+    # for it (a hang). Both ranks now run redirected and stop with the way out.
+    result = _run_redirected(LIGHTNING_DEFAULT_TRAINER_PROGRAM, "emu", tmp_path, timeout=240)
+    assert result.returncode != 0
+    assert result.stdout.count("devices 2") == 2, result.stdout  # the second rank too sees emu's devices
+    refusal = "DistributedDataParallel under redirection to 'emu': the model is on 'emu'"
+    assert f"[rank0]: RuntimeError: {refusal}" in result.stderr and f"[rank1]: RuntimeError: {refusal}" in result.stderr
+
+
 def _free_port():
     import socket
 

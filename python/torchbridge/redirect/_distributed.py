@@ -83,6 +83,8 @@ def install(patcher, redirector, device_type):
     if device_type == "cpu":
         _keep_the_default_group_out_of_torchs_defaults()
         _patch_ddp_for_the_cpu(patcher, torch.nn.parallel.DistributedDataParallel)
+    elif device_type != "cuda":
+        _refuse_ddp_on_the_device(patcher, torch.nn.parallel.DistributedDataParallel, redirector, device_type)
 
 
 def _keep_the_default_group_out_of_torchs_defaults():
@@ -96,6 +98,25 @@ def _keep_the_default_group_out_of_torchs_defaults():
     the default group at each call: the same behaviour, and the group ends when the program lets
     go of it."""
     import torch.distributed.nn.functional  # noqa: F401  (imported for its side effect, above)
+
+
+def _refuse_ddp_on_the_device(patcher, ddp, redirector, device_type):
+    """A model on an SDK device under a Gloo group (what Lightning's DDP picks for a device that is
+    not "cuda") failed in torch's constructor with "ProcessGroupGloo::allgather: unsupported device
+    type", naming no way out; refused here as init_process_group("nccl") is."""
+    original_init = ddp.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self, module, *args, **kwargs):
+        if any(p.device.type == device_type for p in module.parameters()):
+            raise RuntimeError(
+                f"DistributedDataParallel under redirection to '{redirector.target}': the model is on "
+                f"'{device_type}', and torch.distributed has no collective backend for '{device_type}' tensors "
+                "(Gloo takes CPU tensors, NCCL CUDA ones). For data-parallel training on an SDK device use "
+                "torchbridge.distributed.DataParallel; or run this program with TORCHBRIDGE_BACKEND=cpu (Gloo)")
+        original_init(self, module, *args, **kwargs)
+
+    patcher.replace(ddp, "__init__", __init__)
 
 
 def _patch_ddp_for_the_cpu(patcher, ddp):

@@ -8,6 +8,7 @@ Lightning may be imported before or after redirection is enabled (usually after:
 enables it before the program's first import), so the accelerator is patched where it is loaded
 and, through a finder on sys.meta_path, when it is imported later."""
 
+import os
 import sys
 
 from .._after_import import when_imported
@@ -16,6 +17,48 @@ from ._redirector import _ORIGINAL_DEVICE
 # Both distributions of Lightning: the unified package and the older standalone ones.
 ACCELERATOR_MODULES = ("lightning.pytorch.accelerators.cuda", "lightning.fabric.accelerators.cuda",
                        "pytorch_lightning.accelerators.cuda", "lightning_fabric.accelerators.cuda")
+
+
+# Where Lightning builds the command that starts the other ranks of a multi-device run (DDP's
+# default launcher) as `python SCRIPT ARGS`: without redirection there, the children trained on
+# the CPU alone while the parent waited for them at the rendezvous (a hang).
+LAUNCHER_MODULES = ("lightning.fabric.strategies.launchers.subprocess_script",
+                    "lightning.pytorch.strategies.launchers.subprocess_script",
+                    "lightning_fabric.strategies.launchers.subprocess_script",
+                    "pytorch_lightning.strategies.launchers.subprocess_script")
+
+
+def _under_torchbridge_run(command, target, explicit):
+    """`python SCRIPT ARGS` (or `python -m MODULE ARGS`) as `python -m torchbridge.cli run ...`, with
+    the parent's explicit target in the environment when only the parent's code named it."""
+    command = list(command)
+    if not command or command[0] != sys.executable:
+        return command
+    started = [sys.executable, "-m", "torchbridge.cli", "run", *command[1:]]
+    if explicit and os.environ.get("TORCHBRIDGE_BACKEND") != target:
+        started = ["env", f"TORCHBRIDGE_BACKEND={target}", *started]
+    return started
+
+
+def install_launchers(patcher, target, explicit):
+    def patch(module):
+        for name in ("_basic_subprocess_cmd", "_hydra_subprocess_cmd"):
+            original = getattr(module, name, None)
+            # The pytorch launcher imports fabric's function by name: patched once, where it is bound.
+            if original is None or getattr(original, "_torchbridge_launcher", False):
+                continue
+            if name == "_basic_subprocess_cmd":
+                def replacement(*args, _original=original, **kwargs):
+                    return _under_torchbridge_run(_original(*args, **kwargs), target, explicit)
+            else:  # returns (command, working directory)
+                def replacement(*args, _original=original, **kwargs):
+                    command, cwd = _original(*args, **kwargs)
+                    return _under_torchbridge_run(command, target, explicit), cwd
+            replacement._torchbridge_launcher = True
+            patcher.replace(module, name, replacement)
+
+    finder = when_imported(LAUNCHER_MODULES, patch)
+    patcher.defer(lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)
 
 
 def install(patcher, target_type):

@@ -379,4 +379,5 @@ def install(redirector, patcher):
         if target_type == "cpu":
             _attention.install(patcher)
         _lightning.install(patcher, target_type)
+        _lightning.install_launchers(patcher, redirector.target, redirector.explicit)
         _profiler.install(patcher, target_type)
