@@ -349,6 +349,28 @@ def test_a_compiled_cnn_with_channels_last_weights_runs_on_the_device_as_on_the_
         torch.testing.assert_close(compiled(x.to("emu")).cpu(), expected)
 
 
+@pytest.mark.parametrize("make, shape", [(lambda: torch.nn.LayerNorm(64), (8, 16, 64)),
+                                         (lambda: torch.nn.GroupNorm(4, 16), (4, 16, 8, 8))],
+                         ids=["layer_norm", "group_norm"])
+def test_normalizations_compute_the_cpus_bits_forward_and_backward(make, shape):
+    # The device ran torch's generic composite (batch norm, then addcmul), which rounds differently
+    # from the CPU's fused kernel: a ViT's layer norms were 4.8e-7 off the CPU, everything else exact.
+    torch.manual_seed(0)
+    module = make()
+    torch.nn.init.normal_(module.weight)
+    torch.nn.init.normal_(module.bias)
+    on_device = copy.deepcopy(module).to("emu")
+    x = torch.randn(shape, requires_grad=True)
+    x_device = x.detach().to("emu").requires_grad_()
+    gradient = torch.randn(shape)
+    module(x).backward(gradient)
+    result = on_device(x_device)
+    result.backward(gradient.to("emu"))
+    assert torch.equal(result.cpu(), module(x).detach())
+    assert torch.equal(x_device.grad.cpu(), x.grad)
+    assert torch.equal(on_device.weight.grad.cpu(), module.weight.grad)
+
+
 def test_dropout_draws_from_the_devices_generator_as_on_torchs_own_devices():
     """native_dropout takes no generator argument, so through the CPU fallback it drew from the CPU's
     default generator (found 2026-11-28): torch.emu.manual_seed did not decide it, and it consumed
