@@ -64,6 +64,17 @@ class OptimizationReport:
     def summary(self) -> str:
         """One line: what the level did beyond O0's placement, or that it did nothing more and why
         to look at the steps."""
+        return self._steps_summary() + self._precision_note()
+
+    def _precision_note(self) -> str:
+        # A low precision decided or named at O0/O1 changes nothing yet: said, where the header's
+        # "precision bf16" read as if the model computed in it.
+        if self.level in ("O0", "O1") and self.precision.precision in ("bf16", "fp16", "fp8"):
+            return (f"; precision {self.precision.precision} takes effect from O2 (autocast), so at {self.level} "
+                    f"the model computes in its own dtypes")
+        return ""
+
+    def _steps_summary(self) -> str:
         if self.level == "O0":
             # O0's own steps beside placement (deterministic algorithms, validation) are said too.
             also = [s.name for s in self.steps if s.outcome == "applied" and s.name != "place"]

@@ -141,7 +141,9 @@ c10::ScalarType dtype_named(const std::string& name) {
 
 }  // namespace
 
-std::string summary(const OptimizationReport& report) {
+namespace {
+
+std::string steps_summary(const OptimizationReport& report) {
   const std::string level = to_string(report.level);
   if (report.level == OptLevel::O0) return "O0 on " + report.device + ": placed on the device, nothing else";
   std::string beyond;
@@ -154,6 +156,17 @@ std::string summary(const OptimizationReport& report) {
            " was skipped, each for the reason shown";
   }
   return level + " on " + report.device + " applied " + beyond;
+}
+
+}  // namespace
+
+std::string summary(const OptimizationReport& report) {
+  const Precision precision = report.precision.precision;
+  const bool low = precision == Precision::kBf16 || precision == Precision::kFp16 || precision == Precision::kFp8;
+  // A low precision decided or named at O0/O1 changes nothing yet: said, as the Python report does.
+  if (!low || report.level >= OptLevel::O2) return steps_summary(report);
+  return steps_summary(report) + "; precision " + name_of(precision) + " takes effect from O2 (autocast), so at " +
+         to_string(report.level) + " the model computes in its own dtypes";
 }
 
 std::string to_json_text(const OptimizationReport& report, int indent) {

@@ -69,6 +69,12 @@ TEST(UnifiedManager, ALevelThatAppliesNothingBeyondO0SaysSo) {
   UnifiedManager conv_manager(cpu_config(OptLevel::O1, "fp32", true));
   torch::nn::Sequential conv(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 8, 3)));
   EXPECT_EQ(summary(conv_manager.optimize(*conv)), "O1 on cpu applied channels_last");
+  // bf16 at O1: the report says it changes nothing yet (autocast and the weight cast are O2's).
+  UnifiedManager bf16_manager(cpu_config(OptLevel::O1, "bf16", true));
+  torch::nn::Sequential linear(torch::nn::Linear(8, 8));
+  EXPECT_EQ(summary(bf16_manager.optimize(*linear)),
+            "O1 applied nothing beyond O0 on cpu: every step of O1-O1 was skipped, each for the reason shown; "
+            "precision bf16 takes effect from O2 (autocast), so at O1 the model computes in its own dtypes");
 }
 
 // fp64 lowers nothing and casts nothing up: a float32 module would compute in float32 under a

@@ -130,7 +130,7 @@ def test_the_mode_of_the_model_must_match_the_configuration():
 # ---- what each level does -------------------------------------------------------------------
 
 def test_o0_only_places():
-    manager = UnifiedManager(cpu_config(optimization_level="O0"))
+    manager = UnifiedManager(cpu_config(optimization_level="O0", precision="fp32"))
     model = mlp()
     assert manager.optimize(model) is model
     assert outcomes(manager) == {"place": "applied", "deterministic": "skipped", "activation_checkpointing": "skipped",
@@ -141,7 +141,7 @@ def test_o0_only_places():
 def test_o0_summary_names_its_other_steps():
     # The development preset turns on deterministic algorithms for the whole process and validates:
     # the summary said "placed on the device, nothing else".
-    manager = UnifiedManager(cpu_config(optimization_level="O0", deterministic=True))
+    manager = UnifiedManager(cpu_config(optimization_level="O0", precision="fp32", deterministic=True))
     try:
         manager.optimize(mlp())
     finally:
@@ -162,6 +162,18 @@ def test_a_level_that_applies_nothing_beyond_o0_says_so():
     conv = UnifiedManager(cpu_config(optimization_level="O1", precision="fp32"))
     conv.optimize(torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3)))
     assert conv.report().summary() == "O1 on cpu applied channels_last"
+
+
+def test_a_low_precision_below_o2_is_said_to_change_nothing_yet():
+    # The report's header said "precision bf16" while the model computed in float32, and no step
+    # said why: autocast and the weight cast are O2's.
+    manager = UnifiedManager(cpu_config(optimization_level="O1", precision="bf16"))
+    manager.optimize(mlp())
+    assert manager.report().summary().endswith(
+        "; precision bf16 takes effect from O2 (autocast), so at O1 the model computes in its own dtypes")
+    o2 = UnifiedManager(cpu_config(optimization_level="O2", precision="bf16", compile=False))
+    o2.optimize(mlp())
+    assert "takes effect" not in o2.report().summary()
 
 
 def test_o1_channels_last_leaves_the_5d_weights_of_a_conv3d_as_they_are():
