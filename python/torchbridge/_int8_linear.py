@@ -67,6 +67,12 @@ class Int8WeightOnlyLinear(torch.nn.Module):
                f"compute_dtype={self.scale.dtype}"
 
 
+def skip_reason(linear: torch.nn.Linear) -> "str | None":
+    """Why the int8 step leaves this Linear as it is (the kernel cannot run it, or a replacement
+    would not run its hooks), or None when it converts it."""
+    return unsupported_reason(linear) or hooks_reason(linear)
+
+
 def quantize_linear_weights(model: torch.nn.Module,
                             compute_dtype: torch.dtype) -> "tuple[list[str], list[tuple[str, str]]]":
     """Replaces every nn.Linear of ``model`` the kernel can run, in place (one replacement at every
@@ -77,7 +83,7 @@ def quantize_linear_weights(model: torch.nn.Module,
     def replacement_for(name, parent, child):
         if type(child) is not torch.nn.Linear:  # subclasses may change forward: left alone
             return None
-        reason = unsupported_reason(child) or hooks_reason(child)
+        reason = skip_reason(child)
         if reason is not None:
             skipped.append((name, reason))
             return None

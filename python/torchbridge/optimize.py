@@ -25,8 +25,8 @@ from torch.utils.dlpack import to_dlpack
 
 from . import _C
 from ._forward_wrapping import WrappedForward, wrap_forward
-from ._int8_linear import quantize_linear_weights, unsupported_reason
-from ._module_swap import hooks_reason
+from ._int8_linear import quantize_linear_weights
+from ._int8_linear import skip_reason as int8_skip_reason
 from ._outputs import eval_mode, flatten
 from ._recomputed_buffers import BufferStates, ChangingBuffers
 from .fp8 import convert_to_fp8
@@ -109,8 +109,7 @@ def _model_traits(model: torch.nn.Module, optimizer, example_inputs=None) -> dic
         "has_convolutions": any(isinstance(m, torch.nn.Conv2d) for m in modules)
         or (isinstance(model, torch.jit.ScriptModule) and "Conv2d" in str(model.graph)),
         "has_linear": any(type(m) is torch.nn.Linear for m in modules),
-        "has_int8_linear": any(type(m) is torch.nn.Linear and unsupported_reason(m) is None and hooks_reason(m) is None
-                               for m in modules),
+        "has_int8_linear": any(type(m) is torch.nn.Linear and int8_skip_reason(m) is None for m in modules),
         "optimizer": "" if optimizer is None else type(optimizer).__name__,
         "has_block_container": _block_container(model) is not None,
     }
@@ -306,9 +305,7 @@ class UnifiedManager:
     def _autocast_dtype(self):
         # The last optimized model's traits: a TorchScript model's plan skips autocast, and
         # autocast() turned it on around that model anyway.
-        traits = self._traits or {"torchscript": False, "has_convolutions": False, "has_linear": False,
-                                  "has_int8_linear": False, "optimizer": "", "has_example_inputs": False,
-                                  "has_block_container": False}
+        traits = self._traits or _model_traits(torch.nn.Module(), None)  # before any: a model with nothing
         for step in json.loads(self._native.plan_json(json.dumps(traits))):
             if step["name"] == "autocast" and step["apply"]:
                 return getattr(torch, step["argument"])
@@ -422,12 +419,12 @@ def _cast_weights(model: torch.nn.Module, dtype: torch.dtype) -> str:
 def _check_not_prepared(model: torch.nn.Module) -> None:
     """A second optimize() stacked a second autocast and compile on the first (dynamo then raised
     "compile_wrapper already has a get_compiler_config attribute") or checkpointed blocks twice."""
+    made_by_optimize = {_autocast_forward: "autocast", _compiled_forward: "compile",
+                        _checkpointed_forward: "activation checkpointing"}
     for name, module in model.named_modules():
         forward = module.__dict__.get("forward")
         if not isinstance(forward, WrappedForward):
             continue
-        made_by_optimize = {_autocast_forward: "autocast", _compiled_forward: "compile",
-                            _checkpointed_forward: "activation checkpointing"}
         steps = [made_by_optimize[make] for make, _ in forward._steps if make in made_by_optimize]
         if steps:
             where = f"its layer '{name}'" if name else "it"

@@ -7,6 +7,7 @@
 #include <c10/core/DeviceType.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <cstdint>
@@ -76,9 +77,7 @@ class SdkHostAllocator final : public HostAllocator {
 
   void reset_accumulated_stats() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto* stat : {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes}) {
-      stat->reset_accumulated();
-    }
+    for (auto* stat : counted_stats()) stat->reset_accumulated();
     stats_.host_alloc_time.reset_accumulated();
     stats_.host_free_time.reset_accumulated();
     stats_.num_host_alloc = 0;
@@ -88,9 +87,7 @@ class SdkHostAllocator final : public HostAllocator {
 
   void reset_peak_stats() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto* stat : {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes}) {
-      stat->reset_peak();
-    }
+    for (auto* stat : counted_stats()) stat->reset_peak();
     stats_.host_alloc_time.reset_peak();
     stats_.host_free_time.reset_peak();
   }
@@ -129,6 +126,11 @@ class SdkHostAllocator final : public HostAllocator {
     TB_CALL(event_record, event, native_stream(stream));
     block.uses.push_back(event);
     return true;
+  }
+
+  // The block and byte counts, which the reset methods reset alike.
+  std::array<c10::CachingAllocator::Stat*, 4> counted_stats() {
+    return {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes};
   }
 
   static int64_t microseconds_since(std::chrono::steady_clock::time_point start) {

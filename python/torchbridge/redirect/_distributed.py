@@ -12,6 +12,10 @@ import torch
 
 from ._redirector import logger
 
+# What a program that asked for collectives on an SDK device is told to do instead.
+_SDK_WAY_OUT = ("For data-parallel training on an SDK device use torchbridge.distributed.DataParallel; or run "
+                "this program with TORCHBRIDGE_BACKEND=cpu (Gloo)")
+
 
 def _backends_by_device(backend) -> "dict[str, str] | None":
     """"nccl" -> {"cuda": "nccl"}; "cpu:gloo,cuda:nccl" -> {"cpu": "gloo", "cuda": "nccl"}; None for
@@ -34,8 +38,7 @@ def _redirected_backend(backend, call, redirector, device_type):
         raise RuntimeError(
             f"{call}(backend={backend!r}) under redirection to '{redirector.target}': NCCL reduces "
             f"CUDA tensors, and torch.distributed has no collective backend for '{device_type}' tensors (Gloo "
-            "takes CPU tensors). For data-parallel training on an SDK device use "
-            "torchbridge.distributed.DataParallel; or run this program with TORCHBRIDGE_BACKEND=cpu (Gloo)")
+            f"takes CPU tensors). {_SDK_WAY_OUT}")
     mapping.pop("cuda", None)
     mapping.setdefault("cpu", "gloo")
     replacement = ",".join(f"{device}:{name}" for device, name in mapping.items()) if len(mapping) > 1 \
@@ -112,8 +115,7 @@ def _refuse_ddp_on_the_device(patcher, ddp, redirector, device_type):
             raise RuntimeError(
                 f"DistributedDataParallel under redirection to '{redirector.target}': the model is on "
                 f"'{device_type}', and torch.distributed has no collective backend for '{device_type}' tensors "
-                "(Gloo takes CPU tensors, NCCL CUDA ones). For data-parallel training on an SDK device use "
-                "torchbridge.distributed.DataParallel; or run this program with TORCHBRIDGE_BACKEND=cpu (Gloo)")
+                f"(Gloo takes CPU tensors, NCCL CUDA ones). {_SDK_WAY_OUT}")
         original_init(self, module, *args, **kwargs)
 
     patcher.replace(ddp, "__init__", __init__)

@@ -25,7 +25,7 @@ def proxy_class(real_type, make, name=None, class_attributes=None):
             return other is cls or other is real_type
 
         def __ne__(cls, other):
-            return not (other is cls or other is real_type)
+            return not Meta.__eq__(cls, other)
 
         def __hash__(cls):
             return hash(real_type)
