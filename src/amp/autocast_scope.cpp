@@ -3,9 +3,10 @@
 // cache).
 #include <torchbridge/amp/autocast_scope.h>
 
+#include "core/devices_in_process.h"
+
 #include <ATen/autocast_mode.h>
 #include <c10/core/Device.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
 #include <optional>
@@ -24,10 +25,6 @@ c10::DeviceType parse_device_type(const std::string& name) {
     TORCH_CHECK_VALUE(false, "AutocastScope: unknown device type '", name,
                       "' (expected a torch device type such as 'cpu', 'cuda' or a loaded SDK device's name)");
   }
-}
-
-bool device_present(c10::DeviceType device_type) {
-  return c10::impl::hasDeviceGuardImpl(device_type) && c10::impl::getDeviceGuardImpl(device_type)->deviceCount() > 0;
 }
 
 }  // namespace
@@ -50,7 +47,7 @@ AutocastScope::AutocastScope(c10::DeviceType device_type, AutocastOptions option
   bool enabled = options.enabled;
   // As torch.autocast: a device type this process has no device of warns and leaves autocast off
   // ("cuda" on a CPU-only torch turned CUDA autocast on, silently).
-  if (enabled && device_type_ != c10::DeviceType::CPU && !device_present(device_type_)) {
+  if (enabled && device_type_ != c10::DeviceType::CPU && detail::devices_in_process(device_type_).value_or(0) == 0) {
     TORCH_WARN("AutocastScope: device type '", device_type_name(device_type_), "' has no device in this process; ",
                "autocast is disabled in this scope, as torch.autocast disables it");
     enabled = false;

@@ -1,5 +1,7 @@
 #include "backends/accelerator_backend.h"
 
+#include "core/devices_in_process.h"
+
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
 
@@ -22,10 +24,7 @@ const c10::impl::DeviceGuardImplInterface& AcceleratorBackend::guard() const {
   return *c10::impl::getDeviceGuardImpl(type_);
 }
 
-int AcceleratorBackend::guard_device_count() const {
-  if (!c10::impl::hasDeviceGuardImpl(type_)) return 0;
-  return static_cast<int>(c10::impl::getDeviceGuardImpl(type_)->deviceCount());
-}
+int AcceleratorBackend::guard_device_count() const { return detail::devices_in_process(type_).value_or(0); }
 
 c10::DeviceAllocator& AcceleratorBackend::allocator() const {
   initialize();

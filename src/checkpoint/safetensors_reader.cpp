@@ -2,11 +2,11 @@
 // no copy and writes to them never reach the file. Nothing but the header is read on open.
 #include "checkpoint/safetensors_header.h"
 #include "checkpoint/torch_save_signature.h"
+#include "core/devices_in_process.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/core/DeviceType.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
 #include <fcntl.h>
@@ -18,6 +18,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -143,12 +144,12 @@ at::Tensor SafetensorsFile::load(const std::string& name, c10::Device device) co
   if (device.is_cpu()) return host;
   // Named here: torch's own error ("Could not run 'aten::empty_strided' with arguments from the
   // 'CUDA' backend") names no file, tensor or device.
-  TORCH_CHECK_VALUE(c10::impl::hasDeviceGuardImpl(device.type()), path_, ": cannot load '", name, "' onto ", device,
-                    ": this torch has no ", c10::DeviceTypeName(device.type(), /*lower_case=*/true),
+  const std::optional<int> count = detail::devices_in_process(device.type());
+  TORCH_CHECK_VALUE(count.has_value(), path_, ": cannot load '", name, "' onto ", device, ": this torch has no ",
+                    c10::DeviceTypeName(device.type(), /*lower_case=*/true),
                     " support (a build without it, or a device whose library is not loaded)");
-  const c10::DeviceIndex count = c10::impl::getDeviceGuardImpl(device.type())->deviceCount();
-  TORCH_CHECK_VALUE(!device.has_index() || device.index() < count, path_, ": cannot load '", name, "' onto ", device,
-                    ": the machine has ", static_cast<int>(count), " such device(s)");
+  TORCH_CHECK_VALUE(!device.has_index() || device.index() < *count, path_, ": cannot load '", name, "' onto ", device,
+                    ": the machine has ", *count, " such device(s)");
   return host.to(device);
 }
 
