@@ -12,6 +12,7 @@
 #include <torchbridge/precision.h>
 #include <torchbridge/precision_policy.h>
 #include <torchbridge/registry.h>
+#include <torchbridge/sdk/device.h>
 #include <torchbridge/version.h>
 
 #include <nlohmann/json.hpp>
@@ -38,7 +39,9 @@ Lists every backend TorchBridge knows, whether it is available here and why not,
 device its description (DeviceInfo), memory statistics (MemoryStats), how it runs each precision
 (native, emulated in software, unavailable) and the precision "auto" chooses there, with the reason.
 
-  --backend NAME   only this backend (a name or alias, e.g. cuda, nvidia, rocm, cpu)
+  --backend NAME   only this backend (a name or alias, e.g. cuda, nvidia, rocm, cpu), or an SDK
+                   device installed here (e.g. emu), which it loads: one that fails to start is
+                   listed with status driver_error and the runtime's message
   --config FILE    a TorchBridgeConfig file (.json/.toml): what its hardware.* settings do on each
                    device. Without it, TORCHBRIDGE_HARDWARE_* variables are shown the same way.
   --json           machine-readable output (schema: docs/cli-json.md)
@@ -106,6 +109,31 @@ nlohmann::json backend_json(const BackendEntry& entry, const HardwareConfig& har
           {"devices", devices}};
 }
 
+// An SDK device whose library failed to start is a backend that is not available, and why: info
+// reports it as it reports a CUDA driver error, rather than failing.
+struct FailedSdkDevice {
+  std::string name;
+  std::string reason;
+};
+
+nlohmann::json failed_sdk_device_json(const FailedSdkDevice& failed) {
+  return {{"name", failed.name},
+          {"aliases", nlohmann::json::array()},
+          {"device_type", c10::DeviceTypeName(c10::DeviceType::PrivateUse1, true)},
+          {"available", false},
+          {"status", to_string(AvailabilityStatus::kDriverError)},
+          {"reason", failed.reason},
+          {"is_real_hardware", nullptr},  // the library says so once started; it did not start
+          {"device_count", 0},
+          {"devices", nlohmann::json::array()}};
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string text;
+  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
 void print_device(const std::string& backend_name, int index, const DeviceReport& report) {
   std::cout << "\n" << backend_name << ":" << index;
   if (!report.error.empty()) {
@@ -170,14 +198,26 @@ int run_info(const std::vector<std::string>& args) {
   }
   const BackendRegistry& registry = BackendRegistry::instance();
   std::vector<BackendEntry> selected;
-  if (const std::string* wanted = parsed.option("--backend")) {
-    const auto backend = registry.lookup(*wanted);  // raises for unknown names
+  std::optional<FailedSdkDevice> failed_sdk_device;
+  const std::string* wanted = parsed.option("--backend");
+  if (wanted != nullptr) {
+    std::shared_ptr<Backend> backend;
+    try {
+      backend = registry.lookup(*wanted);  // raises for unknown names, and loads SDK devices
+    } catch (const c10::Error& e) {
+      const auto installed = sdk::available_devices();
+      if (std::find(installed.begin(), installed.end(), *wanted) == installed.end()) throw;
+      failed_sdk_device = FailedSdkDevice{*wanted, error_summary(e.what())};
+    }
     for (const auto& entry : registry.entries()) {
-      if (entry.backend == backend) selected.push_back(entry);
+      if (backend && entry.backend == backend) selected.push_back(entry);
     }
   } else {
     selected = registry.entries();
   }
+  // Listing every backend loads no SDK device (each would take the process's single PrivateUse1
+  // slot): those installed are named, so that a reader knows what --backend can load.
+  const std::vector<std::string> installed_sdk_devices = sdk::available_devices();
 
   const std::string* config_file = parsed.option("--config");
   // Only the TORCHBRIDGE_HARDWARE_* variables: the others (TORCHBRIDGE_BACKEND, ...) are what
@@ -199,13 +239,15 @@ int run_info(const std::vector<std::string>& args) {
   if (parsed.has("--json")) {
     nlohmann::json backends = nlohmann::json::array();
     for (const auto& entry : selected) backends.push_back(backend_json(entry, hardware));
+    if (failed_sdk_device) backends.push_back(failed_sdk_device_json(*failed_sdk_device));
     const nlohmann::json out = {
         {"schema_version", 1},
         {"torchbridge_version", library_version()},
         {"torch_version", TORCH_VERSION},
         {"best_backend", best ? nlohmann::json(*best) : nlohmann::json(nullptr)},
         {"best_backend_error", best_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(best_error)},
-        {"backends", backends}};
+        {"backends", backends},
+        {"installed_sdk_devices", installed_sdk_devices}};
     std::cout << printable_json(out, 2) << "\n";
     return 0;
   }
@@ -217,6 +259,14 @@ int run_info(const std::vector<std::string>& args) {
     const Availability a = entry.backend->availability();
     std::cout << column(entry.name, 15) << column(to_string(a.status), 16)
               << column(std::to_string(entry.backend->device_count()), 9) << a.reason << "\n";
+  }
+  if (failed_sdk_device) {
+    std::cout << column(failed_sdk_device->name, 15) << column(to_string(AvailabilityStatus::kDriverError), 16)
+              << column("0", 9) << failed_sdk_device->reason << "\n";
+  }
+  if (!installed_sdk_devices.empty() && !sdk::registered_device()) {
+    std::cout << "\nSDK devices installed here: " << joined(installed_sdk_devices)
+              << " (none is loaded; `torchbridge info --backend NAME` loads one)\n";
   }
   for (const auto& entry : selected) {
     for (int i = 0; i < entry.backend->device_count(); ++i) {

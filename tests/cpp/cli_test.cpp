@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -120,6 +121,35 @@ TEST(Cli, InfoHumanOutputShowsTheTable) {
   EXPECT_NE(r.out.find(std::string("auto precision ") + name_of(decision.precision) + " (" + decision.reason + ")"),
             std::string::npos)
       << r.out;
+}
+
+// info reports; it does not fail: an SDK device whose runtime refuses to start is a backend that
+// is unavailable, with the runtime's reason, as a CUDA driver error is (it exited 1 with the error).
+TEST(Cli, InfoListsAnSdkDeviceThatFailsToStartAsUnavailable) {
+  const CommandResult r = run_cli("info --json --backend emu", "TORCHBRIDGE_EMU_DEVICES=abc");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto json = nlohmann::json::parse(r.out);
+  ASSERT_EQ(json["backends"].size(), 1u);
+  const auto& emu = json["backends"][0];
+  EXPECT_EQ(emu["name"], "emu");
+  EXPECT_EQ(emu["available"], false);
+  EXPECT_EQ(emu["status"], "driver_error");
+  EXPECT_NE(emu["reason"].get<std::string>().find("device 'emu' failed to start: TORCHBRIDGE_EMU_DEVICES='abc'"),
+            std::string::npos)
+      << emu["reason"];
+  EXPECT_EQ(emu["device_count"], 0);
+
+  const CommandResult text = run_cli("info --backend emu", "TORCHBRIDGE_EMU_DEVICES=abc");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("emu            driver_error"), std::string::npos) << text.out;
+}
+
+// Listing every backend loads no SDK device, so it names those --backend can load.
+TEST(Cli, InfoNamesTheInstalledSdkDevices) {
+  const auto json = nlohmann::json::parse(run_cli("info --json").out);
+  const auto installed = json["installed_sdk_devices"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(installed.begin(), installed.end(), "emu"), installed.end()) << json["installed_sdk_devices"];
+  EXPECT_NE(run_cli("info").out.find("SDK devices installed here: "), std::string::npos);
 }
 
 TEST(Cli, UnknownBackendIsAnErrorListingValidNames) {
