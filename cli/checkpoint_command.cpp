@@ -7,6 +7,7 @@
 #include <torchbridge/checkpoint/checkpoint.h>
 #include <torchbridge/device_info.h>
 #include <torchbridge/error_summary.h>
+#include <torchbridge/precision.h>
 
 #include <ATen/ops/sum.h>
 #include <c10/util/Exception.h>
@@ -40,7 +41,8 @@ constexpr const char* kHelp = R"(usage: torchbridge checkpoint COMMAND ...
   convert IN OUT [--dtype DTYPE] [--shard-size SIZE]
                                      rewrite IN (safetensors, or a torch.save state dict, told
                                      by its content) as OUT (atomically), casting floating-point tensors
-                                     to DTYPE (float32, float16, bfloat16, float64); with a shard
+                                     to DTYPE (float32, float16, bfloat16, float64, or fp32, fp16,
+                                     bf16, fp64); with a shard
                                      size (e.g. 500MB, 2GiB) OUT is a directory of shards + index
 
 PATH is a .safetensors file, a Hugging Face index (*.safetensors.index.json) or a directory
@@ -52,11 +54,16 @@ int print_help() {
   return 0;
 }
 
+// torch's dtype names or the precision names validate's --dtype takes (fp16 = float16); tf32 and
+// fp8 are ways of computing, not storage dtypes a checkpoint is converted to.
 c10::ScalarType parse_float_dtype(const std::string& text) {
-  for (const auto dtype : {c10::kFloat, c10::kHalf, c10::kBFloat16, c10::kDouble}) {
-    if (text == dtype_name(dtype)) return dtype;
+  const std::string valid = "float32, float16, bfloat16, float64 (or fp32, fp16, bf16, fp64)";
+  try {
+    const PrecisionSpec& spec = spec_of(parse_precision_or_dtype_name(text));
+    if (!spec.tf32_matmuls && spec.compute == spec.storage) return spec.storage;
+  } catch (const c10::ValueError&) {
   }
-  throw UsageError("unknown --dtype '" + text + "'; valid: float32, float16, bfloat16, float64");
+  throw UsageError("unknown --dtype '" + text + "'; valid: " + valid);
 }
 
 int inspect(const std::vector<std::string>& args) {

@@ -46,8 +46,9 @@ round trip, and that device memory returns to its baseline. Exit 0 only when eve
   --model       builtin:mlp, builtin:cnn, builtin:transformer, or a TorchScript file
   --backends    comma-separated backend names (default: cpu and the best available backend);
                 naming an SDK device such as emu loads it
-  --dtype       precision on the backends: fp32 (default), bf16, fp16, fp64, or fp8 (weights
-                rounded to float8_e4m3fn, computing in bf16)
+  --dtype       precision on the backends: fp32 (default), bf16, fp16, fp64 (or torch's names:
+                float32, bfloat16, float16, float64), or fp8 (weights rounded to float8_e4m3fn,
+                computing in bf16)
   --input-shape e.g. 4,16,32 (several inputs: 4,16,32;4,16); required for a file, optional for
                 built-in models (default: the model's own)
   --seed        seed of the generated inputs (default 0)

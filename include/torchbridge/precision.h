@@ -45,5 +45,9 @@ const PrecisionSpec& spec_of(Precision precision);
 const char* name_of(Precision precision);
 // The precision a user named; anything else raises c10::ValueError listing the valid names.
 Precision parse_precision(std::string_view name);
+// Also accepts torch's name of the dtype a plain floating-point precision computes in ("float64",
+// "float32", "float16", "bfloat16"), for options where users may type either spelling (the
+// validator's and checkpoint convert's --dtype). Configuration files keep the one spelling.
+Precision parse_precision_or_dtype_name(std::string_view name);
 
 }  // namespace torchbridge

@@ -75,7 +75,7 @@ class UnifiedValidator:
     then (before the process's first backward pass, as PyTorch requires) and an unknown or
     unavailable backend raises at once."""
 
-    def __init__(self, backends: "list[str] | str | None" = None, dtype: str = "fp32", seed: int = 0):
+    def __init__(self, backends: "list[str] | str | None" = None, dtype: "str | torch.dtype" = "fp32", seed: int = 0):
         from .backends import BackendFactory, detect_best_backend
 
         if backends is None:
@@ -103,8 +103,8 @@ class UnifiedValidator:
         if self.seed is None or not 0 <= self.seed < 2**64:
             raise ValueError(f"seed must be an integer from 0 to 2**64 - 1, got {seed!r}")
 
-    def validate_model(self, model: torch.nn.Module, input_shape=None, inputs=None, dtype: "str | None" = None,
-                       progress=None) -> ValidationResult:
+    def validate_model(self, model: torch.nn.Module, input_shape=None, inputs=None,
+                       dtype: "str | torch.dtype | None" = None, progress=None) -> ValidationResult:
         """Validates ``model`` (an ``nn.Module`` or TorchScript module; it is never modified) on
         random normal inputs of ``input_shape`` (a shape, or a list of shapes for several
         inputs), or on explicit CPU ``inputs``. ``progress(backend, step, done, total)`` is called
@@ -132,12 +132,22 @@ class UnifiedValidator:
 
 
 _PRECISIONS = ("fp64", "fp32", "bf16", "fp16", "fp8")
+# The plain floating formats also by torch's dtype (or its name, as the CLI's --dtype takes it).
+_BY_TORCH_DTYPE = {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
-def _check_precision(dtype: str) -> str:
-    if dtype not in _PRECISIONS:
-        raise ValueError(f"dtype {dtype!r} cannot be validated: expected one of {', '.join(_PRECISIONS)}")
-    return dtype
+def _check_precision(dtype) -> str:
+    """The precision name for ``dtype``: a name ("bf16"), a torch dtype or a dtype's name ("bfloat16")."""
+    if isinstance(dtype, torch.dtype) and dtype in _BY_TORCH_DTYPE:
+        return _BY_TORCH_DTYPE[dtype]
+    if isinstance(dtype, str):
+        if dtype in _PRECISIONS:
+            return dtype
+        by_name = {str(d).removeprefix("torch."): name for d, name in _BY_TORCH_DTYPE.items()}
+        if dtype in by_name:
+            return by_name[dtype]
+    raise ValueError(f"dtype {dtype!r} cannot be validated: expected one of {', '.join(_PRECISIONS)}, or "
+                     f"torch.float64, torch.float32, torch.bfloat16, torch.float16 (the dtype or its name)")
 
 
 def _inputs(input_shape, inputs, seed: int) -> "list[torch.Tensor]":

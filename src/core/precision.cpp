@@ -1,5 +1,7 @@
 #include <torchbridge/precision.h>
 
+#include <torchbridge/device_info.h>
+
 #include <c10/util/Exception.h>
 
 #include <string>
@@ -44,6 +46,23 @@ Precision parse_precision(std::string_view name) {
     valid += (valid.empty() ? "" : ", ") + std::string(row.name);
   }
   TORCH_CHECK_VALUE(false, "unknown precision '", name, "': expected one of ", valid);
+}
+
+Precision parse_precision_or_dtype_name(std::string_view name) {
+  std::string valid;
+  for (const auto& row : precision_table()) {
+    if (row.name == name) return row.precision;
+    // tf32 and fp8 compute in a dtype another row names (float32, bfloat16): no dtype names them.
+    if (row.tf32_matmuls || row.compute != row.storage) continue;
+    const std::string torch_name = dtype_name(row.compute);  // "float32", as torch.float32 prints
+    if (torch_name == name) return row.precision;
+    valid += (valid.empty() ? "" : ", ") + torch_name;
+  }
+  try {
+    return parse_precision(name);
+  } catch (const c10::ValueError& error) {
+    TORCH_CHECK_VALUE(false, error.msg(), " (or torch's dtype names ", valid, ")");
+  }
 }
 
 }  // namespace torchbridge

@@ -79,7 +79,7 @@ CheckKind parse_check_kind(const std::string& name) {
 }
 
 Precision validation_precision(const std::string& name) {
-  const Precision precision = parse_precision(name);
+  const Precision precision = parse_precision_or_dtype_name(name);
   TORCH_CHECK_VALUE(!spec_of(precision).tf32_matmuls, "precision '", name,
                     "' cannot be validated on its own: fp32 on a CUDA GPU with TF32 switched on is held to the tf32 "
                     "bound; choose fp64, fp32, bf16, fp16 or fp8");

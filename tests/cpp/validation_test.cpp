@@ -92,6 +92,15 @@ TEST(ValidationTolerances, TableHasEveryPrecisionAndRejectsUnknownOnes) {
   EXPECT_NE(unknown.find("unknown precision 'int4': expected one of fp64, fp32, tf32, fp16, bf16, fp8"),
             std::string::npos) << unknown;
   EXPECT_NE(error_of([] { validation_precision("tf32"); }).find("cannot be validated on its own"), std::string::npos);
+  // torch's names of the plain formats, where users may type either; tf32 and fp8 have none.
+  EXPECT_EQ(validation_precision("bfloat16"), Precision::kBf16);
+  EXPECT_EQ(parse_precision_or_dtype_name("float64"), Precision::kFp64);
+  EXPECT_EQ(parse_precision_or_dtype_name("float32"), Precision::kFp32);
+  EXPECT_EQ(parse_precision_or_dtype_name("float16"), Precision::kFp16);
+  EXPECT_NE(error_of([] { parse_precision("float16"); }).find("unknown precision 'float16'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_precision_or_dtype_name("float8_e4m3fn"); })
+                .find("(or torch's dtype names float64, float32, float16, bfloat16)"),
+            std::string::npos);
 }
 
 TEST(ValidationChecks, KindsRoundTripThroughTheirReportNames) {

@@ -182,6 +182,13 @@ def test_convert_dtype_says_how_many_values_a_narrower_dtype_lost(tmp_path):
     assert load_file(str(target))["w"].tolist() == [float("inf"), float("inf"), 1.0, 0.0]  # the cast, as asked
     quiet = tb("checkpoint", "convert", source, tmp_path / "b.safetensors", "--dtype", "bfloat16")
     assert quiet.returncode == 0 and "warning" not in quiet.stderr, quiet.stderr
+    # validate's spelling of the same dtype converts alike; its ways of computing are no storage dtype.
+    assert tb("checkpoint", "convert", source, tmp_path / "c.safetensors", "--dtype", "bf16").returncode == 0
+    assert torch.equal(load_file(str(tmp_path / "c.safetensors"))["w"], load_file(str(tmp_path / "b.safetensors"))["w"])
+    for bad in ("tf32", "fp8", "int8"):
+        refused = tb("checkpoint", "convert", source, tmp_path / "d.safetensors", "--dtype", bad)
+        assert refused.returncode == 1 and f"unknown --dtype '{bad}'; valid: float32, float16, bfloat16, float64 " \
+            "(or fp32, fp16, bf16, fp64)" in refused.stderr, refused.stderr
 
 
 def test_convert_dtype_leaves_quantized_weights_and_their_scales_as_they_are(tmp_path):

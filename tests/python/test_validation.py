@@ -150,6 +150,21 @@ def test_bad_input_raises_clearly(kwargs, message):
         VALIDATOR.validate_model(SmallNet(), **kwargs)
 
 
+def test_a_precision_by_torch_dtype_or_its_name_is_the_same_precision():
+    # torch.float16 and "float16" were "cannot be validated: expected one of fp64, ...".
+    for spelling in (torch.float16, "float16", "fp16"):
+        result = UnifiedValidator(backends=["cpu"], dtype=spelling).validate_model(SmallNet(), input_shape=(4, 8))
+        assert result.precision == "fp16" and result.is_valid, spelling
+    assert VALIDATOR.validate_model(SmallNet(), input_shape=(4, 8), dtype=torch.bfloat16).precision == "bf16"
+    for bad in (torch.int8, torch.float8_e4m3fn, "half"):
+        with pytest.raises(ValueError, match=f"dtype {bad!r} cannot be validated: expected one of fp64, fp32, bf16, "
+                                             "fp16, fp8, or torch.float64"):
+            UnifiedValidator(backends=["cpu"], dtype=bad)
+    cli = subprocess.run([CONSOLE_SCRIPT, "validate", "--model", "builtin:mlp", "--backends", "cpu", "--dtype",
+                          "bfloat16", "--json"], capture_output=True, text=True)
+    assert cli.returncode == 0 and json.loads(cli.stdout)["precision"] == "bf16", cli.stderr
+
+
 def test_seeds_and_shapes_of_any_integer_type_and_bad_ones_named():
     # numpy's integers were "'numpy.int64' object is not iterable"; a negative seed was the
     # binding's TypeError at validate time.
