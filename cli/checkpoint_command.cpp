@@ -181,6 +181,10 @@ int convert(const std::vector<std::string>& args) {
                      "', which a sharded write replaces (the other shards would be deleted); convert the " +
                      "directory or its index, or write to another directory");
   }
+  if (!shard_size && std::filesystem::is_directory(out, no_file)) {
+    throw UsageError("checkpoint convert: OUT '" + out + "' is a directory; give --shard-size SIZE to write a " +
+                     "sharded checkpoint into it, or the path of a .safetensors file");
+  }
   if (!shard_size && out.ends_with(".json")) {
     throw UsageError("checkpoint convert: OUT '" + out + "' names a JSON file; a single safetensors file needs " +
                      "another name (an index is written with --shard-size, OUT a directory)");

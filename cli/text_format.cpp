@@ -21,7 +21,8 @@ std::string format_bytes(std::optional<int64_t> bytes) {
 std::string yes_no(bool value) { return value ? "yes" : "no"; }
 
 std::string column(const std::string& text, size_t width) {
-  if (text.size() >= width) return text.substr(0, width - 1) + " ";
+  // Never cut: a cut value reads as another (F8_E4M3FNUZ as F8_E4M3F); a long one shifts its row.
+  if (text.size() >= width) return text + " ";
   return text + std::string(width - text.size(), ' ');
 }
 

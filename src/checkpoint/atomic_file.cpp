@@ -41,9 +41,23 @@ mode_t mode_for(const std::string& target) {
   return 0666 & ~current_umask();
 }
 
+// Refused before anything is written. rename() replaces whatever has the name: a device node or a
+// FIFO (as root, /dev/null became a 72-byte checkpoint); on a directory it fails, but only after
+// the whole file was written, with "rename failed: Is a directory".
+void check_replaceable(const std::string& target) {
+  TORCH_CHECK_VALUE(!target.empty(), "empty path: expected the path of a file to write");
+  struct stat existing {};
+  if (::stat(target.c_str(), &existing) != 0) return;  // absent: created (open and rename name other errors)
+  TORCH_CHECK_VALUE(!S_ISDIR(existing.st_mode), target, ": is a directory; expected the path of a file to write");
+  TORCH_CHECK_VALUE(S_ISREG(existing.st_mode), target,
+                    ": is not a regular file (a device, FIFO or socket); a checkpoint is written to a new file that "
+                    "then replaces the old one, which would destroy it: choose the path of a regular file");
+}
+
 }  // namespace
 
 AtomicFile::AtomicFile(const std::string& target) : target_(target) {
+  check_replaceable(target);
   const auto slash = target.find_last_of('/');
   directory_ = slash == std::string::npos ? "." : target.substr(0, slash);
   // An unnamed file first: if this process dies before commit (SIGKILL, power loss), the kernel

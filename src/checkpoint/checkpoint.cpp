@@ -3,9 +3,12 @@
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/distinct_tensors.h"
 #include "checkpoint/staged_publish.h"
+#include "core/to_lower.h"
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
+
+#include <unistd.h>
 
 #include <cctype>
 #include <charconv>
@@ -14,6 +17,9 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <regex>
+#include <set>
 #include <system_error>
 
 namespace torchbridge::checkpoint {
@@ -33,6 +39,49 @@ std::string directory_of(const std::string& path) {
   const auto slash = path.find_last_of('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
+
+// Shards named "model-00002-of-00003.safetensors" say how many there are: an index that maps no
+// tensor to one of them lost that shard's tensors (loading returned the others, and verify called
+// the checkpoint valid). Checked where every shard carries such a name.
+void check_every_numbered_shard_mapped(const std::string& index_file, const std::map<std::string, size_t>& shards) {
+  std::map<size_t, std::set<size_t>> numbers_by_count;
+  static const std::regex numbered(R"(.+-(\d{5})-of-(\d{5})\.safetensors)");
+  for (const auto& [shard, unused] : shards) {
+    std::smatch match;
+    if (!std::regex_match(shard, match, numbered)) return;  // named otherwise: nothing says how many there are
+    const size_t number = std::stoul(match[1]), count = std::stoul(match[2]);
+    numbers_by_count[count].insert(number);
+  }
+  for (const auto& [count, numbers] : numbers_by_count) {
+    for (size_t number = 1; number <= count; ++number) {
+      TORCH_CHECK_VALUE(numbers.count(number), index_file, ": the shards are numbered 1 to ", count,
+                        ", but the weight_map maps no tensor to shard ", number, " of ", count,
+                        ": its tensors would be missing (an index from another save, or one edited by hand)");
+    }
+  }
+}
+
+// A directory that a save creates, removed (if still empty) when the save fails before keep().
+class NewDirectory {
+ public:
+  explicit NewDirectory(const std::string& path) {
+    if (is_directory(path)) return;
+    std::error_code error;
+    std::filesystem::create_directory(path, error);
+    TORCH_CHECK(!error, path, ": cannot create the directory: ", error.message());
+    path_ = path;
+  }
+  ~NewDirectory() {
+    if (!kept_ && !path_.empty()) ::rmdir(path_.c_str());  // fails, harmlessly, unless empty
+  }
+  NewDirectory(const NewDirectory&) = delete;
+  NewDirectory& operator=(const NewDirectory&) = delete;
+  void keep() const { kept_ = true; }
+
+ private:
+  std::string path_;
+  mutable bool kept_ = false;
+};
 
 std::string shard_name(const std::string& prefix, size_t index, size_t count) {
   char buffer[64];
@@ -101,14 +150,23 @@ uint64_t parse_size(const std::string& text) {
     }
   }
   // transformers reads "5Gb" as gigabits (an eighth of "5GB"): guessing either way would be a wrong size.
-  TORCH_CHECK_VALUE(!unit.ends_with('b'), "invalid size '", text, "': unit '", unit,
-                    "' ends in a lowercase b, which reads as bits; write B for bytes (e.g. ", text.substr(0, digits),
-                    unit.substr(0, unit.size() - 1), "B)");
+  if (unit.ends_with('b')) {
+    // The byte unit meant, spelled as this parser reads it ("10mb" -> "10MB", not "10mB").
+    const std::string bytes_unit = detail::to_lower(unit.substr(0, unit.size() - 1) + "B");
+    for (const auto& [name, factor] : units) {
+      TORCH_CHECK_VALUE(detail::to_lower(name) != bytes_unit, "invalid size '", text, "': unit '", unit,
+                        "' ends in a lowercase b, which reads as bits; write B for bytes (e.g. ",
+                        text.substr(0, digits), name, ")");
+    }
+  }
   TORCH_CHECK_VALUE(false, "invalid size '", text, "': unknown unit '", unit,
                     "' (use B, kB or KB, MB, GB, KiB, MiB or GiB)");
 }
 
-Checkpoint Checkpoint::open(const std::string& path) {
+Checkpoint Checkpoint::open(const std::string& given_path) {
+  // "ckpt/" names the directory "ckpt": its files are "ckpt/model...", not "ckpt//model...".
+  std::string path = given_path;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
   std::string target = path;
   if (is_directory(path)) {
     // transformers reads the single file where both are present, an index-first reader the shards;
@@ -151,6 +209,7 @@ Checkpoint Checkpoint::open(const std::string& path) {
   }
   // Nothing to read from: every later step (metadata, the first shard) needs one.
   TORCH_CHECK_VALUE(!shard_numbers.empty(), target, ": the index's weight_map maps no tensors");
+  check_every_numbered_shard_mapped(target, shard_numbers);
   for (auto& [shard, number] : shard_numbers) {
     number = checkpoint.shards_.size();
     checkpoint.shards_.push_back(SafetensorsFile::open(directory + "/" + shard));
@@ -197,11 +256,6 @@ std::vector<std::string> save_sharded(const std::string& directory,
                         prefix.find('\0') == std::string::npos,
                     directory, ": invalid file prefix '", prefix,
                     "': expected a file name stem such as \"model\" (no '/', not empty, '.' or '..')");
-  if (!is_directory(directory)) {
-    std::error_code error;
-    std::filesystem::create_directory(directory, error);
-    TORCH_CHECK(!error, directory, ": cannot create the directory: ", error.message());
-  }
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> groups(1);
   uint64_t current = 0, total = 0;
   for (const auto& entry : tensors) {
@@ -223,6 +277,9 @@ std::vector<std::string> save_sharded(const std::string& directory,
     TORCH_CHECK_VALUE(!tensor.defined() || holds_dtype(tensor.scalar_type()), directory, ": tensor '", name,
                       "' has dtype ", c10::toString(tensor.scalar_type()), ", which safetensors cannot hold");
   }
+  // Created after the checks above and removed again when writing fails, so that a refused or
+  // failed save leaves no empty directory behind.
+  const NewDirectory created(directory);
   // Every file is written in a staging directory first, so a failure (a tensor safetensors cannot
   // hold, a full disk) leaves the directory as it was: writing shards in place left a mix of new
   // and old shards that the old index called valid.
@@ -244,6 +301,7 @@ std::vector<std::string> save_sharded(const std::string& directory,
     written.push_back(prefix + kIndexSuffix);
   }
   publish(staging, directory, written, prefix);
+  created.keep();
   return written;
 }
 

@@ -86,8 +86,18 @@ class TorchSaveReader {
     try {
       return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
     } catch (const c10::Error& e) {
-      TORCH_CHECK_VALUE(false, path, ": not a torch.save zip archive (", e.msg().substr(0, e.msg().find('.')), ")");
+      TORCH_CHECK_VALUE(false, path, ": not a torch.save zip archive (", zip_reader_reason(e.msg()), ")");
     }
+  }
+
+  // The reader's reason without its source location: "[enforce fail at inline_container.cc:123]
+  // . file in archive is not in a subdirectory: w.npy" reads "file in archive is not in ...". The
+  // reader copies a file name with its terminating NUL, which would end the message there.
+  static std::string zip_reader_reason(const std::string& message) {
+    std::string reason = message.substr(0, message.find_first_of(std::string("\n\0", 2)));
+    if (reason.starts_with("[enforce fail at ")) reason = reason.substr(std::min(reason.find(']') + 1, reason.size()));
+    const auto start = reason.find_first_not_of(" .");
+    return start == std::string::npos ? "the zip reader gave no reason" : reason.substr(start);
   }
 
   template <typename... Args>

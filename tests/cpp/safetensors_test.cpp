@@ -225,13 +225,9 @@ TEST(Checkpoint, ANameOrAStorageTwiceAcrossShardsIsRefusedAndNothingIsWritten) {
   EXPECT_NE(message.find("tensor name 'a.b' is given twice"), std::string::npos) << message;
   message = error_of([&] { save_sharded(directory, {{"embed", weight}, {"head", weight.view({4, 4})}}, 64); });
   EXPECT_NE(message.find("tensors 'embed' and 'head' share storage"), std::string::npos) << message;
-  DIR* dir = opendir(directory.c_str());
-  ASSERT_NE(dir, nullptr);
-  for (dirent* entry; (entry = readdir(dir)) != nullptr;) {
-    const std::string name = entry->d_name;
-    EXPECT_TRUE(name == "." || name == "..") << "a refused write left " << name;
-  }
-  closedir(dir);
+  // Refused before the directory is created: a refused save leaves no empty directory behind.
+  struct stat info {};
+  EXPECT_NE(::stat(directory.c_str(), &info), 0) << "a refused write created " << directory;
 }
 
 TEST(Checkpoint, TheFilesOfADirectoryCheckpointAreToldFromItsShards) {
@@ -263,6 +259,10 @@ TEST(Checkpoint, ShardSizesAreParsedStrictly) {
   // transformers reads a lowercase b as bits (an eighth): refused rather than read either way.
   EXPECT_EQ(error_of([] { parse_size("5Gb"); }),
             "invalid size '5Gb': unit 'Gb' ends in a lowercase b, which reads as bits; write B for bytes (e.g. 5GB)");
+  // The hint is a unit this parser reads: "10mb" suggested "10mB", itself refused.
+  EXPECT_NE(error_of([] { parse_size("10mb"); }).find("(e.g. 10MB)"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_size("3mib"); }).find("(e.g. 3MiB)"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_size("3xb"); }).find("unknown unit 'xb'"), std::string::npos);
 }
 
 std::string deeply_nested(int levels) {

@@ -76,7 +76,7 @@ def test_a_failed_sharded_write_leaves_the_directory_as_it_was(tmp_path):
     assert file_bytes(target) == before  # nothing changed, no staging directory left
     fresh = tmp_path / "fresh"
     assert tb("checkpoint", "convert", bad, fresh, "--shard-size", "1000B").returncode == 1
-    assert listing(fresh) == []
+    assert not fresh.exists()  # as it was: absent (an empty directory was left)
 
 
 def test_a_directory_holds_exactly_the_checkpoint_written_last(tmp_path):
@@ -289,3 +289,90 @@ def test_a_torch_save_file_is_named_as_one_not_as_a_header_of_petabytes(tmp_path
         expected = ("is a zip archive (torch.save's format), not a safetensors file" if zip_format
                     else "is a torch.save file in the legacy format (a pickle), not a safetensors file")
         assert f"{path}: {expected}" in result.stderr, result.stderr
+
+
+def test_a_device_node_fifo_or_directory_is_never_replaced_by_a_checkpoint(tmp_path):
+    # The write goes to a new file renamed over the target: as root, /dev/null became a 72-byte
+    # checkpoint, and a FIFO a regular file. A directory failed only after the whole file was
+    # written ("rename failed: Is a directory"); an empty path with "No such file or directory".
+    from torchbridge import checkpoint
+
+    source = tmp_path / "a.safetensors"
+    save_file({"w": torch.ones(4)}, str(source))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for target in (fifo, "/dev/null"):
+        result = tb("checkpoint", "convert", source, target)
+        assert result.returncode == 1 and "is not a regular file (a device, FIFO or socket)" in result.stderr, \
+            result.stderr
+        with pytest.raises(ValueError, match="is not a regular file"):
+            checkpoint.save(str(target), {"w": torch.ones(2)})
+    assert stat_is_fifo(fifo) and os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+    directory = tmp_path / "out"
+    directory.mkdir()
+    result = tb("checkpoint", "convert", source, directory)
+    assert result.returncode == 1 and f"OUT '{directory}' is a directory; give --shard-size SIZE" in result.stderr
+    with pytest.raises(ValueError, match=f"{directory}: is a directory; expected the path of a file to write"):
+        checkpoint.save(str(directory), {"w": torch.ones(2)})
+    assert listing(directory) == []
+    with pytest.raises(ValueError, match="empty path: expected the path of a file to write"):
+        checkpoint.save("", {"w": torch.ones(2)})
+
+
+def stat_is_fifo(path):
+    import stat
+
+    return stat.S_ISFIFO(os.stat(path).st_mode)
+
+
+def test_a_refused_sharded_save_leaves_no_new_directory(tmp_path):
+    from torchbridge import checkpoint
+
+    target = tmp_path / "new_checkpoint"
+    with pytest.raises(ValueError, match="which safetensors cannot hold"):
+        checkpoint.save(str(target), {"a": torch.ones(4), "z": torch.ones(2, dtype=torch.complex128)},
+                        max_shard_size="1MB")
+    assert not target.exists()
+
+
+def test_an_index_that_drops_a_numbered_shard_is_refused(tmp_path):
+    # The index named model-00001-of-00002 only: loading returned half the model, verify said valid.
+    from torchbridge import checkpoint
+
+    checkpoint.save(str(tmp_path), {"embed": torch.ones(300), "head": torch.ones(300)}, max_shard_size="1000B")
+    index_file = tmp_path / "model.safetensors.index.json"
+    index = json.loads(index_file.read_text())
+    assert sorted(set(index["weight_map"].values())) == ["model-00001-of-00002.safetensors",
+                                                         "model-00002-of-00002.safetensors"]
+    index["weight_map"] = {k: v for k, v in index["weight_map"].items() if v.startswith("model-00001")}
+    index_file.write_text(json.dumps(index))
+    for command in ("verify", "inspect"):
+        result = tb("checkpoint", command, tmp_path)
+        assert result.returncode == 1, result.stdout
+        assert "the shards are numbered 1 to 2, but the weight_map maps no tensor to shard 2 of 2" in result.stderr
+
+
+def test_inspect_of_a_directory_named_with_a_slash_names_files_once_and_prints_whole_dtypes(tmp_path):
+    # "ckpt//model.safetensors.index.json"; F8_E4M3FNUZ was cut to F8_E4M3F in the text table.
+    from torchbridge import checkpoint
+
+    checkpoint.save(str(tmp_path), {"a": torch.ones(300), "b": torch.ones(300)}, max_shard_size="1000B")
+    listed = json.loads(tb("checkpoint", "inspect", f"{tmp_path}/", "--json").stdout)
+    assert listed["index"] == f"{tmp_path}/model.safetensors.index.json"
+    assert all("//" not in shard["file"] for shard in listed["shards"])
+    fnuz = tmp_path / "fnuz.safetensors"
+    save_file({"q": torch.zeros(4, dtype=torch.float8_e4m3fnuz)}, str(fnuz))
+    assert " F8_E4M3FNUZ " in tb("checkpoint", "inspect", fnuz).stdout
+
+
+def test_a_zip_that_is_not_from_torch_save_is_named_with_the_readers_whole_reason(tmp_path):
+    # "not a torch.save zip archive ([enforce fail at inline_container)": cut at the '.' of the
+    # reader's source file name; then its file name's NUL ended the message before the ')'.
+    import numpy as np
+
+    archive = tmp_path / "weights.npz"
+    np.savez(archive, a=np.ones(3))
+    result = tb("checkpoint", "convert", archive, tmp_path / "out.safetensors")
+    assert result.returncode == 1
+    assert f"{archive}: not a torch.save zip archive (file in archive is not in a subdirectory: a.npy)\n" \
+        in result.stderr, result.stderr
