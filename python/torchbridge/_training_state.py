@@ -126,9 +126,13 @@ def load_training_state(path, model: torch.nn.Module, optimizer: "torch.optim.Op
     ``device_map``: None (tensors stay on the devices the model has them on), a dict of module-name
     prefix -> device (longest prefix wins, "" matches all; a prefix that matches no module or tensor
     is an error, and so is a map that places tied tensors apart), "auto" or "auto:<backend>"
-    (top-level modules spread over the backend's devices by free memory). ``dtype_policy``: "keep",
-    "cast:<dtype>" or "convert_unsupported". ``strict=False`` skips model names only one side has
-    (listed in the result); shapes and the optimizer must match regardless.
+    (top-level modules spread over the backend's devices by free memory; tied names go together, and
+    a top-level module holding no saved tensor goes to the first device). Tensors the file does not
+    hold (non-persistent buffers; under ``strict=False`` the names it lacks) move where the map sends
+    their module, keeping their values and dtypes, as ``model.to(device)`` moves them.
+    ``dtype_policy``: "keep", "cast:<dtype>" or "convert_unsupported", for the tensors read from the
+    file. ``strict=False`` skips model names only one side has (listed in the result); shapes and the
+    optimizer must match regardless.
 
     A scheduler or scaler given must have been saved (a disabled scaler loads nothing, as in
     torch). Everything is checked, and every tensor is read, converted and placed, before the
@@ -198,8 +202,14 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
     scaler_state = _extras.decode_scaler(path, header, scaler) if scaler is not None else None
 
     loaded = [name for name in model_state if name in saved_names]
+    # Every tensor of the model is placed, not only those the file holds: a BERT whose non-persistent
+    # position_ids stayed on the CPU could not run on the device its weights went to.
+    tensors = {**model_state, **_non_persistent_buffers(model, model_state)}
+    auto = isinstance(device_map, str)
     device_map = _placement.parse_device_map(device_map, [(n, model_state[n].nbytes) for n in loaded])
-    _check_device_map_matches(device_map, model, model_state)
+    if auto:
+        device_map = _complete_auto_map(device_map, model, tensors)
+    _check_device_map_matches(device_map, model, tensors)
     rng = _rng_to_restore(path, saved)
     # Stage: every tensor read, converted and on its device before anything changes.
     staged = {}
@@ -218,6 +228,14 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
             staged[name] = torch.empty_like(target, dtype=converted.dtype, device=device).copy_(converted)
         else:
             staged[name] = converted.to(device, copy=True)
+    # The rest is moved, not loaded, and in its own dtype: the dtype policy says what becomes of the
+    # dtypes the file holds, and these are the model's own values in the dtypes its code chose
+    # (transformers keeps a rotary inv_freq in float32 in a bfloat16 model on purpose).
+    moved = {}
+    for name, tensor in tensors.items():
+        device = _placement.device_for(name, device_map, tensor.device)
+        if name not in staged and device != tensor.device:
+            moved[name] = tensor.detach().to(device)
 
     # A widened fp8 tensor holds real values now; the model's own copy of its factor, applied again
     # by its forward, would scale them twice (each block's output off by its factor): it becomes 1.
@@ -233,7 +251,7 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
     # Commit; the only step that can still fail (placing optimizer state on the devices) comes
     # last, and everything before it is undone if it does.
     previous_rng = {key: get() for key, (get, _, _) in rng.items()}
-    previous = {name: (model_state[name].data, model_state[name].grad) for name in staged}
+    previous = {name: (tensors[name].data, tensors[name].grad) for name in [*staged, *moved]}
     # Stateful objects that loaded, with their earlier state_dicts (load_state_dict copies what it
     # is given, so those reload as they were); undone in reverse if a later one fails.
     undo = []
@@ -241,9 +259,9 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
         for key, (_, set_state, state) in rng.items():
             set_state(state)
         with torch.no_grad():
-            for name, tensor in staged.items():
-                model_state[name].data = tensor
-                model_state[name].grad = None
+            for name, tensor in [*staged.items(), *moved.items()]:
+                tensors[name].data = tensor
+                tensors[name].grad = None  # on the old device, or of the replaced weights
         for target, state in ((optimizer, optimizer_state), (scheduler, scheduler_state), (scaler, scaler_state)):
             if target is not None and state is not None:
                 earlier = target.state_dict()
@@ -253,8 +271,8 @@ def _load(path, model, optimizer, scheduler, scaler, device_map, dtype_policy, s
         for target, earlier in reversed(undo):
             target.load_state_dict(earlier)
         for name, (data, grad) in previous.items():
-            model_state[name].data = data
-            model_state[name].grad = grad
+            tensors[name].data = data
+            tensors[name].grad = grad
         for key, (_, set_state, _) in rng.items():
             set_state(previous_rng[key])
         raise
@@ -312,19 +330,42 @@ def _check_optimizer(optimizer) -> None:
                         f"got {type(optimizer).__name__}")
 
 
-def _check_device_map_matches(device_map, model: torch.nn.Module, model_state) -> None:
+def _complete_auto_map(device_map, model: torch.nn.Module, tensors) -> "list[tuple[str, torch.device]]":
+    """The auto map, made (as the C++ restore makes it) from the tensors the file holds under their
+    first names, completed so that it places the whole model and follows its own rule: a top-level
+    module holding only tensors the file lacks (LlamaModel's rotary_emb) goes to the first device,
+    where the inputs and the embeddings go, and every other name of a tied tensor (an output head
+    tied to the embedding, a module registered twice) goes with its first name. Without that they
+    stayed where the model had them, and a tied model was refused for a map the caller never wrote."""
+    if not device_map:
+        return device_map
+    completed = list(device_map)
+    for top in dict.fromkeys(name.split(".")[0] for name in tensors):
+        if _placement.device_for(top, completed, None) is None:
+            completed.append((top + ".", device_map[0][1]))
+    first_names = {id(tensor): name for name, tensor in tensors.items()}
+    for alias, tensor in [*model.named_parameters(remove_duplicate=False),
+                          *model.named_buffers(remove_duplicate=False)]:
+        first = first_names.get(id(tensor))
+        if first is not None and first != alias:
+            completed.append((alias, _placement.device_for(first, completed, tensor.device)))
+    return completed
+
+
+def _check_device_map_matches(device_map, model: torch.nn.Module, tensors) -> None:
     """Every device_map prefix names a module or tensor of ``model`` (matched as ``device_for``
     matches): a mistyped one would otherwise move nothing, silently. A module without tensors is
     accepted (accelerate's maps name such modules too). Tied tensors are saved and placed once,
     under their first name: a map that asks another device for another of their names (lm_head on
-    the CPU, the embedding it is tied to on emu:0) is refused, as it would not be followed."""
-    saved_as = {id(tensor): name for name, tensor in model_state.items()}
-    # Every name of every tensor the state holds (a tied one has several; non-persistent buffers none).
+    the CPU, the embedding it is tied to on emu:0) is refused, as it would not be followed.
+    ``tensors``: each tensor of the model once, under its first name."""
+    placed_as = {id(tensor): name for name, tensor in tensors.items()}
+    # Every name of every tensor (a tied one has several).
     aliases = [(name, tensor) for name, tensor in [*model.named_parameters(remove_duplicate=False),
                                                    *model.named_buffers(remove_duplicate=False)]
-               if id(tensor) in saved_as]
+               if id(tensor) in placed_as]
     # The model itself is "", matched by "".
-    paths = [*(name for name, _ in model.named_modules()), *model_state, *(name for name, _ in aliases)]
+    paths = [*(name for name, _ in model.named_modules()), *tensors, *(name for name, _ in aliases)]
     for prefix, device in device_map:
         if not any(_placement.device_for(path, [(prefix, device)], None) is not None for path in paths):
             top = sorted({path.split(".")[0] for path in paths if path})
@@ -332,13 +373,13 @@ def _check_device_map_matches(device_map, model: torch.nn.Module, model_state) -
             raise ValueError(f"device_map[{prefix!r}] matches no module or tensor of the model; prefixes are "
                              f"module paths such as {shown} (or '' for all)")
     for alias, tensor in aliases:
-        saved = saved_as[id(tensor)]
-        if saved == alias:
+        first = placed_as[id(tensor)]
+        if first == alias:
             continue
-        wanted, placed = (_placement.device_for(name, device_map, tensor.device) for name in (alias, saved))
+        wanted, placed = (_placement.device_for(name, device_map, tensor.device) for name in (alias, first))
         if wanted != placed:
-            raise ValueError(f"device_map places '{alias}' on {wanted}, but it is tied to '{saved}', which the map "
-                             f"places on {placed}; tied tensors are one tensor, saved and placed under '{saved}': "
+            raise ValueError(f"device_map places '{alias}' on {wanted}, but it is tied to '{first}', which the map "
+                             f"places on {placed}; tied tensors are one tensor, saved and placed under '{first}': "
                              f"give both names one device")
 
 
@@ -353,6 +394,13 @@ def _named_state(model: torch.nn.Module) -> "dict[str, torch.Tensor]":
         if attribute not in model.get_submodule(owner)._non_persistent_buffers_set:
             state[name] = buffer
     return state
+
+
+def _non_persistent_buffers(model: torch.nn.Module, model_state) -> "dict[str, torch.Tensor]":
+    """The buffers state_dict() leaves out (BERT's position_ids, a rotary embedding's inv_freq), each
+    once, under its first name, less any that is a tensor of ``model_state`` too."""
+    held = {id(tensor) for tensor in model_state.values()}
+    return {name: buffer for name, buffer in model.named_buffers() if id(buffer) not in held}
 
 
 def _accelerator_devices() -> "list[torch.device]":
