@@ -94,8 +94,15 @@ class UnifiedValidator:
         # An SDK device beside CUDA (or another native accelerator) cannot share this process:
         # refused, naming both and the way out, before anything is loaded.
         _C.check_backends_can_share_a_process(list(backends), "validate")
+        written_as = {}
         for name in backends:
-            BackendFactory.create(name)  # raises naming the backend; loads SDK devices
+            backend = BackendFactory.create(name).name  # raises naming the backend; loads SDK devices
+            # Two spellings of one backend (emu and privateuseone, cuda and nvidia) ran every check twice
+            # on one device; the CLI refuses them alike.
+            if backend in written_as:
+                raise ValueError(f"backends {backends!r} name backend {backend!r} twice ({written_as[backend]!r} "
+                                 f"and {name!r})")
+            written_as[backend] = name
         self.backends = list(backends)
         self.dtype = _check_precision(dtype)
         # Any integer (numpy's too), checked here rather than as the binding's TypeError later.
@@ -196,7 +203,10 @@ class _PlacedModel:
         """Forward and, when ``weights_for`` (output shapes -> weight capsules) is given, backward
         of sum_i sum(output_i * weight_i); returns CPU capsules of outputs and gradients."""
         xs = [from_dlpack(c) for c in inputs]
-        xs = [x.to(self.device, self.dtype) if x.is_floating_point() else x.to(self.device) for x in xs]
+        # Copies, always: a model that changes its input in place (x.sub_(0.5)) changed the caller's
+        # tensor and the input of every later run (the reference's too), failing correct backends.
+        xs = [x.to(self.device, self.dtype, copy=True) if x.is_floating_point() else x.to(self.device, copy=True)
+              for x in xs]
         parameters = list(self.module.named_parameters())
         for _, p in parameters:
             p.grad = None
@@ -214,8 +224,10 @@ class _PlacedModel:
             grads = []
         else:
             ws = [from_dlpack(c) for c in weights_for([list(o.shape) for o in outputs])]
-            terms = [(o * w.to(o.device, o.dtype)).sum() for o, w in zip(outputs, ws)
-                     if o.is_floating_point() and o.requires_grad]
+            # A complex output's real and imaginary parts both weighted, as the C++ side weights them.
+            terms = [(torch.view_as_real(o) * w.to(o.device, o.real.dtype).unsqueeze(-1)).sum() if o.is_complex()
+                     else (o * w.to(o.device, o.dtype)).sum()
+                     for o, w in zip(outputs, ws) if (o.is_floating_point() or o.is_complex()) and o.requires_grad]
             if terms:
                 torch.stack(terms).sum().backward() if len(terms) > 1 else terms[0].backward()
             grads = [(n, to_dlpack(p.grad.detach().cpu().contiguous().clone()))

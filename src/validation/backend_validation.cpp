@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <exception>
 #include <map>
@@ -137,8 +138,10 @@ class BackendValidation {
            "failed on " + device_.str() + ": " + error_summary(error.what()));
   }
 
+  // noise_rms: for gradients, the root mean square of the model's largest reference gradient
+  // (allowed_error_norm says what for); 0 for outputs.
   void compare_to_reference(CheckKind check, const std::string& subject, const at::Tensor& result,
-                            const at::Tensor& reference) {
+                            const at::Tensor& reference, double noise_rms = 0) {
     if (result.sizes() != reference.sizes()) {
       std::ostringstream detail;
       detail << "shape " << result.sizes() << " but the reference's is " << reference.sizes();
@@ -147,14 +150,29 @@ class BackendValidation {
     }
     const Comparison comparison = compare(result, reference);
     const Bound& bound = check == CheckKind::kGradient ? tolerance_.gradient : tolerance_.output;
-    const bool passed = within(comparison, bound);
+    const bool passed = within(comparison, bound, noise_rms);
     std::ostringstream detail;
+    if (comparison.exact) {
+      detail << c10::toString(reference.scalar_type()) << " values compared exactly: " << comparison.differing
+             << " of " << comparison.elements << " differ";
+      if (!passed) detail << " (largest difference " << comparison.metrics.max_abs_error << ")";
+      record(check, subject, passed, comparison.metrics, detail.str());
+      return;
+    }
+    const bool noise = !direction_is_checked(comparison, bound);
     detail << (passed ? "within " : "outside ") << tolerance_.name << " tolerance: error norm "
-           << comparison.error_norm << " (allowed " << allowed_error_norm(comparison, bound) << " = atol " << bound.atol
-           << " x sqrt(" << comparison.elements << ") + rtol " << bound.rtol << " x reference norm "
-           << comparison.reference_norm << "), relative L2 error " << comparison.metrics.rel_l2_error << ", cosine "
+           << comparison.error_norm << " (allowed " << allowed_error_norm(comparison, bound, noise_rms) << " = atol "
+           << bound.atol << " x sqrt(" << comparison.elements << ") + rtol " << bound.rtol << " x reference norm "
+           << comparison.reference_norm;
+    if (noise && noise_rms > 0 && std::isfinite(comparison.reference_norm)) {
+      detail << " + rtol x sqrt(" << comparison.elements << ") x " << noise_rms
+             << ", the model's largest gradient per element, for a reference that is rounding noise";
+    }
+    detail << "), relative L2 error " << comparison.metrics.rel_l2_error << ", cosine "
            << comparison.metrics.cosine_similarity;
-    if (direction_is_checked(comparison, bound)) {
+    if (!std::isfinite(comparison.reference_norm)) {
+      detail << " (not checked: the reference holds NaN or infinite values)";
+    } else if (!noise) {
       detail << " (at least " << bound.min_cosine << ")";
     } else {
       detail << " (not checked: the reference is within the absolute tolerance, rounding noise)";
@@ -176,18 +194,32 @@ class BackendValidation {
 
   void compare_gradients(const RunResult& result, const Reference& reference) {
     std::map<std::string, at::Tensor> got(result.gradients.begin(), result.gradients.end());
+    const double noise_rms = largest_gradient_rms(reference.result.gradients);
     for (const auto& [name, expected] : reference.result.gradients) {
       const auto it = got.find(name);
       if (it == got.end()) {
         record(CheckKind::kGradient, name, false, std::nullopt, "no gradient on " + device_.str() + "; the reference has one");
         continue;
       }
-      compare_to_reference(CheckKind::kGradient, name, it->second, expected);
+      compare_to_reference(CheckKind::kGradient, name, it->second, expected, noise_rms);
       got.erase(it);
     }
     for (const auto& [name, tensor] : got) {
       record(CheckKind::kGradient, name, false, std::nullopt, "a gradient on " + device_.str() + " but none in the reference");
     }
+  }
+
+  // The root mean square of the reference gradient that has the largest, over the finite ones: the
+  // size per element of the values a backward pass sums, whose rounding leaves the noise that a
+  // gradient that cancels to zero consists of.
+  static double largest_gradient_rms(const std::vector<std::pair<std::string, at::Tensor>>& gradients) {
+    double largest = 0;
+    for (const auto& [name, gradient] : gradients) {
+      if (gradient.numel() == 0) continue;
+      const double rms = gradient.abs().to(at::kDouble).square().mean().sqrt().item<double>();
+      if (std::isfinite(rms)) largest = std::max(largest, rms);
+    }
+    return largest;
   }
 
   void check_finite(const RunResult& result) {

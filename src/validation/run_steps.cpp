@@ -19,9 +19,13 @@ namespace torchbridge::validation {
 
 std::vector<at::Tensor> place_inputs(const std::vector<at::Tensor>& inputs, c10::Device device,
                                      c10::ScalarType dtype) {
+  // Copies, always: a model that changes its input in place (x.sub_(0.5)) changed the caller's
+  // tensor and the input of every later run, the reference's among them (read by its own thread
+  // at the same time), so correct backends failed.
   std::vector<at::Tensor> placed;
   for (const auto& input : inputs) {
-    placed.push_back(at::isFloatingType(input.scalar_type()) ? input.to(device, dtype) : input.to(device));
+    const c10::ScalarType placed_dtype = at::isFloatingType(input.scalar_type()) ? dtype : input.scalar_type();
+    placed.push_back(input.to(device, placed_dtype, /*non_blocking=*/false, /*copy=*/true));
   }
   return placed;
 }
@@ -31,10 +35,14 @@ at::Tensor weighted_loss(const std::vector<at::Tensor>& outputs, const std::vect
               weights.size(), " in the reference run");
   at::Tensor loss;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    if (!at::isFloatingType(outputs[i].scalar_type()) || !outputs[i].requires_grad()) continue;
-    TORCH_CHECK(outputs[i].sizes() == weights[i].sizes(), "output ", i, " has shape ", outputs[i].sizes(),
+    const at::Tensor& output = outputs[i];
+    if (!(at::isFloatingType(output.scalar_type()) || output.is_complex()) || !output.requires_grad()) continue;
+    TORCH_CHECK(output.sizes() == weights[i].sizes(), "output ", i, " has shape ", output.sizes(),
                 " in this run but ", weights[i].sizes(), " in the reference run");
-    const at::Tensor term = (outputs[i] * weights[i].to(outputs[i].device(), outputs[i].scalar_type())).sum();
+    // A complex output's real and imaginary parts both weighted, so gradients through either are checked.
+    const at::Tensor values = output.is_complex() ? at::view_as_real(output) : output;
+    const at::Tensor weight = weights[i].to(values.device(), values.scalar_type());
+    const at::Tensor term = (values * (output.is_complex() ? weight.unsqueeze(-1) : weight)).sum();
     loss = loss.defined() ? loss + term : term;
   }
   return loss;

@@ -75,6 +75,43 @@ TEST(ValidationMetrics, ANoiseLevelReferenceIsJudgedByTheErrorNormAlone) {
   EXPECT_FALSE(within(compare(torch::full({32}, NAN), reference), fp32_gradient));
 }
 
+TEST(ValidationMetrics, NoiseThatCancelledIsAllowedToScaleWithTheModelsGradients) {
+  // The bias of a Linear before a training-mode BatchNorm, on the CPU in fp32 against float64:
+  // 7.35e-7 of noise where atol x sqrt(8) allows 2.8e-7, with the model's gradients of order 1e-2
+  // per element. The noise follows the size of the values that cancelled, not the tolerance.
+  const at::Tensor reference = torch::full({8}, 2e-16, torch::kDouble);
+  const at::Tensor result = torch::full({8}, 2.6e-7, torch::kFloat);
+  const Bound fp32_gradient = spec_of(Precision::kFp32).gradient;
+  const Comparison noise = compare(result, reference);
+  EXPECT_FALSE(within(noise, fp32_gradient));
+  EXPECT_TRUE(within(noise, fp32_gradient, /*noise_rms=*/1e-2));
+  // A real error there is as large as the gradients themselves, far outside rtol of them.
+  EXPECT_FALSE(within(compare(torch::full({8}, 5e-3, torch::kFloat), reference), fp32_gradient, 1e-2));
+  // A reference that is no noise gets nothing more.
+  const Comparison real = compare(torch::full({8}, 1.1f, torch::kFloat), torch::full({8}, 1.0, torch::kDouble));
+  EXPECT_DOUBLE_EQ(allowed_error_norm(real, fp32_gradient, 1e3), allowed_error_norm(real, fp32_gradient));
+}
+
+TEST(ValidationMetrics, IntegersAreComparedExactlyAndComplexNumbersWhole) {
+  // Token ids off by 5 in 512 passed a bound relative to the ids' norm.
+  at::Tensor ids = torch::arange(512, torch::kLong) * 97;
+  at::Tensor other = ids.clone();
+  other[3] += 5;
+  const Bound fp32_output = spec_of(Precision::kFp32).output;
+  const Comparison differing = compare(other, ids);
+  EXPECT_TRUE(differing.exact);
+  EXPECT_EQ(differing.differing, 1);
+  EXPECT_FALSE(within(differing, fp32_output));
+  EXPECT_TRUE(within(compare(ids.clone(), ids), fp32_output));
+  EXPECT_FALSE(within(compare(torch::tensor({true, false}), torch::tensor({true, true})), Bound{1e9, 1e9, -1}));
+  // An imaginary part 1.5x too large passed: the comparison read the real parts only.
+  const at::Tensor z = torch::complex(torch::ones({4}, torch::kDouble), torch::ones({4}, torch::kDouble));
+  const at::Tensor off = torch::complex(torch::ones({4}), torch::full({4}, 1.5f));
+  EXPECT_FALSE(within(compare(off, z), fp32_output));
+  EXPECT_NEAR(compare(off, z).error_norm, 1.0, 1e-12);  // sqrt(4 x 0.5^2)
+  EXPECT_TRUE(within(compare(z.to(torch::kComplexFloat), z), fp32_output));
+}
+
 TEST(ValidationTolerances, TableHasEveryPrecisionAndRejectsUnknownOnes) {
   for (const char* name : {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8"}) {
     const PrecisionSpec& row = spec_of(parse_precision(name));

@@ -15,8 +15,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 import torchbridge
-from torchbridge.deployment import (ExportResult, ExportVerificationError, export_to_onnx, export_to_safetensors,
-                                    export_to_torchscript)
+from torchbridge.deployment import (ExportResult, ExportVerificationError, export_to_exported_program, export_to_onnx,
+                                    export_to_safetensors, export_to_torchscript)
 
 os.environ.setdefault("TORCHBRIDGE_EMU_GUARDED", "1")
 torchbridge.devices.load("emu")  # for exports of a model that lives on an SDK device
@@ -383,3 +383,26 @@ def test_exports_of_a_model_on_an_sdk_device(tmp_path):
     with torch.no_grad():
         assert torch.equal(torch.jit.load(script.path, map_location="cpu")(x.cpu()), want)
     assert all(p.device == torch.device("emu:1") for p in model.parameters()), "the model must stay where it was"
+
+
+class ShiftsItsInputInPlace(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(torch.nn.functional.leaky_relu(x, 0.1, inplace=True).sub_(0.5))
+
+
+@pytest.mark.parametrize("export, suffix", [(export_to_torchscript, ".pt"), (export_to_exported_program, ".pt2"),
+                                            (export_to_onnx, ".onnx")])
+def test_a_model_that_changes_its_input_in_place_exports_and_leaves_the_sample(tmp_path, export, suffix):
+    # Every run (the model's, the trace, the exported file's) got the caller's sample: each changed
+    # it again, so a correct export was "ExportVerificationError: differs by up to 0.07", and the
+    # caller's tensor was changed.
+    sample = torch.randn(4, 8)
+    before = sample.clone()
+    model = ShiftsItsInputInPlace().eval()
+    result = export(model, str(tmp_path / f"model{suffix}"), sample)
+    assert torch.equal(sample, before)
+    assert result.max_abs_error <= 1e-5

@@ -150,6 +150,83 @@ def test_bad_input_raises_clearly(kwargs, message):
         VALIDATOR.validate_model(SmallNet(), **kwargs)
 
 
+class ShiftsItsInputInPlace(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x.sub_(0.5).div_(2.0))
+
+
+def test_a_model_that_changes_its_input_in_place_validates_and_leaves_the_callers_tensor():
+    # Every run got the caller's tensor: each shifted it again, correct backends failed against
+    # the reference (2/6 checks on the CPU against itself), and the caller's input changed.
+    x = torch.randn(4, 8)
+    before = x.clone()
+    result = VALIDATOR.validate_model(ShiftsItsInputInPlace(), inputs=[x])
+    assert result.is_valid, result.failures
+    assert torch.equal(x, before)
+    leaky = torch.nn.Sequential(torch.nn.LeakyReLU(0.1, inplace=True), torch.nn.Linear(8, 8))
+    assert UnifiedValidator(backends=["cpu"]).validate_model(leaky, input_shape=(4, 8)).is_valid
+    scripted = torch.jit.script(ShiftsItsInputInPlace())
+    assert VALIDATOR.validate_model(scripted, inputs=[x]).is_valid and torch.equal(x, before)
+
+
+class DiffersOnTheDevice(torch.nn.Module):
+    """Right on the CPU; on any other device, wrong in a way only an exact or whole comparison sees."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 16)
+
+    def forward(self, x):
+        y = self.fc(x)
+        off = x.device.type != "cpu"
+        imaginary = y[:, 8:] * (1.5 if off else 1.0)
+        ids = y.argmax(-1) * 1000 + (5 if off else 0)
+        return torch.complex(y[:, :8], imaginary), ids
+
+
+def test_complex_outputs_are_compared_whole_and_integer_outputs_exactly():
+    # An imaginary part 1.5x too large, and token ids off by 5, both passed as VALID.
+    result = VALIDATOR.validate_model(DiffersOnTheDevice(), input_shape=(4, 8))
+    failed = {(c["backend"], c["subject"]) for c in result.failures}
+    assert ("emu", "output 0") in failed and ("emu", "output 1") in failed, result.failures
+    assert not any(backend == "cpu" for backend, _ in failed), result.failures
+    ids = next(c for c in result.failures if c["subject"] == "output 1")
+    assert ids["detail"] == "Long values compared exactly: 4 of 4 differ (largest difference 5)"
+    # The gradient flows through both parts of the complex output: the wrong imaginary part is seen there too.
+    assert ("emu", "fc.weight") in failed
+
+
+class LinearBeforeBatchNorm(torch.nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.fc = torch.nn.Linear(features, features)
+        self.bn = torch.nn.BatchNorm1d(features)
+
+    def forward(self, x):
+        return self.bn(self.fc(x))
+
+
+@pytest.mark.parametrize("features, batch", [(8, 4), (64, 64), (128, 256)])
+def test_a_bias_before_batch_norm_validates_on_the_cpu_against_itself(features, batch):
+    # Its gradient is zero in exact arithmetic; fp32 left 7e-7 of noise where atol allowed 3e-7,
+    # so the CPU failed against itself for every seed and size tried.
+    for seed in range(3):
+        result = UnifiedValidator(backends=["cpu"], seed=seed).validate_model(
+            LinearBeforeBatchNorm(features), input_shape=(batch, features))
+        assert result.is_valid, result.failures
+
+
+def test_two_spellings_of_one_backend_are_refused():
+    # emu and privateuseone ran every check twice on emu:0; the CLI refused the same list.
+    for alias in ("privateuseone", "privateuse1"):
+        with pytest.raises(ValueError, match=f"name backend 'emu' twice \\('emu' and '{alias}'\\)"):
+            UnifiedValidator(backends=["emu", alias])
+
+
 def test_a_precision_by_torch_dtype_or_its_name_is_the_same_precision():
     # torch.float16 and "float16" were "cannot be validated: expected one of fp64, ...".
     for spelling in (torch.float16, "float16", "fp16"):

@@ -54,13 +54,20 @@ def check_sample_input(sample_input, purpose: str) -> "tuple[torch.Tensor, ...]"
     if sample_input is None:
         raise ValueError(f"sample_input is required to {purpose}: a tensor or a tuple of tensors the model accepts")
     if isinstance(sample_input, torch.Tensor):
-        return (sample_input,)
+        return fresh((sample_input,))
     if isinstance(sample_input, (tuple, list)) and sample_input and all(
             isinstance(t, torch.Tensor) for t in sample_input):
-        return tuple(sample_input)
+        return fresh(sample_input)
     kinds = [type(v).__name__ for v in sample_input] if isinstance(sample_input, (tuple, list)) else None
     raise TypeError(f"sample_input must be a tensor or a non-empty tuple of tensors, got "
                     f"{type(sample_input).__name__}" + (f" of {kinds}" if kinds is not None else ""))
+
+
+def fresh(inputs) -> "tuple[torch.Tensor, ...]":
+    """A copy of the sample for one run. A model that changes its input in place (x.sub_(0.5),
+    LeakyReLU(inplace=True)) changed the caller's tensor, and the next run (the trace, the exported
+    file) started from other values, so a correct export was reported to differ from its model."""
+    return tuple(t.clone() for t in inputs)
 
 
 def describe(inputs: "tuple[torch.Tensor, ...]") -> str:
@@ -78,7 +85,7 @@ def run_model(model: torch.nn.Module, inputs: "tuple[torch.Tensor, ...]",
     Outputs that are all empty are refused: nothing could be compared, and the file would be
     reported verified."""
     try:
-        output = model(*inputs)
+        output = model(*fresh(inputs))
     except Exception as error:  # any failure of the model's own forward on this input
         raise ValueError(f"{what} ({describe(inputs)}) does not fit the model "
                          f"{type(model).__name__}: {error}") from error

@@ -112,12 +112,12 @@ def _capture(model, inputs) -> "torch.export.ExportedProgram":
         if _common.is_scripted(model):
             from torch._export.converter import TS2EPConverter
 
-            converted = TS2EPConverter(model, inputs).convert()
+            converted = TS2EPConverter(model, _common.fresh(inputs)).convert()
             # The converter declares every dimension dynamic (e.g. batch s22 >= 2) though nothing
             # checks the program at any shape but the sample's; exporting its module again
             # specializes the shapes to the sample's, as for an eager model (and as documented).
-            return torch.export.export(converted.module(), inputs)
-        return torch.export.export(model, inputs)
+            return torch.export.export(converted.module(), _common.fresh(inputs))
+        return torch.export.export(model, _common.fresh(inputs))
     except Exception as error:  # torch.export names the construct it cannot capture
         how = "torch's TorchScript converter" if _common.is_scripted(model) else "torch.export.export"
         raise RuntimeError(f"{how} could not capture {type(model).__name__}: {str(error).splitlines()[0]}") from error
@@ -125,4 +125,4 @@ def _capture(model, inputs) -> "torch.export.ExportedProgram":
 
 def _run(program_module, inputs) -> "list[torch.Tensor]":
     with torch.no_grad():
-        return _common.flatten(program_module(*inputs))
+        return _common.flatten(program_module(*_common.fresh(inputs)))

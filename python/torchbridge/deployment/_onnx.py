@@ -72,7 +72,8 @@ def export_to_onnx(model, output_path=None, sample_input=None, opset_version: "i
         # moved over it only once verified: a failure leaves an earlier export as it was.
         with _common.replacing(path, sidecars=(".data",)) as partial:
             try:
-                torch.onnx.export(model, traced, partial, dynamo=not scripted, verbose=False, **options)
+                torch.onnx.export(model, _common.fresh(traced), partial, dynamo=not scripted, verbose=False,
+                                  **options)
             except Exception as error:  # the exporter's own error says which operation or construct failed
                 hint = " (dynamic_batch=False exports the sample's shapes exactly)" if dynamic_batch else ""
                 raise RuntimeError(f"torch.onnx.export could not export {type(model).__name__}{hint}: "

@@ -36,7 +36,7 @@ def _compile(model, inputs, method: str):
     try:
         if method == "trace":
             with torch.no_grad():
-                return torch.jit.trace(model, inputs)
+                return torch.jit.trace(model, _common.fresh(inputs))
         return torch.jit.script(model)
     except Exception as error:  # torch.jit's own errors name the construct it cannot compile
         hint = "; method='trace' records the operations run on sample_input instead" if method == "script" else ""
@@ -45,4 +45,4 @@ def _compile(model, inputs, method: str):
 
 def _run(module, inputs):
     with torch.no_grad():
-        return module(*inputs)
+        return module(*_common.fresh(inputs))
