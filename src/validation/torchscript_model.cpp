@@ -20,13 +20,18 @@ std::vector<at::Tensor> output_tensors(const c10::IValue& value) {
     const auto inner = output_tensors(element);
     out.insert(out.end(), inner.begin(), inner.end());
   };
+  // As the Python side flattens outputs (torchbridge/_outputs.py): tuples, lists and dict values in
+  // their order (a TorchScript dict keeps insertion order), and a None (attention's weights) left
+  // out. A dict returned from a file was "the model does not run on the CPU".
   if (value.isTuple()) {
     for (const auto& element : value.toTupleRef().elements()) append(element);
   } else if (value.isList()) {
     for (const auto& element : value.toListRef()) append(element);
-  } else {
+  } else if (value.isGenericDict()) {
+    for (const auto& entry : value.toGenericDict()) append(entry.value());
+  } else if (!value.isNone()) {
     TORCH_CHECK_VALUE(false, "the TorchScript module returned a ", value.tagKind(),
-                      "; expected a tensor, or tuples and lists of tensors");
+                      "; expected a tensor, or tuples, lists and dicts of tensors");
   }
   return out;
 }

@@ -506,3 +506,49 @@ def test_a_backend_named_twice_is_refused_as_the_cli_refuses_it():
         UnifiedValidator(backends=["cpu", "cpu"])
     with pytest.raises(ValueError, match="name 'cpu' twice"):  # names ignore case, as in the CLI
         UnifiedValidator(backends="cpu,CPU")
+
+
+class ReturnsADict(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return {"logits": y, "probabilities": y.softmax(-1)}
+
+
+def test_the_cli_validates_a_torchscript_file_that_returns_a_dict_as_python_does(tmp_path):
+    # "the model does not run on the CPU ...: the TorchScript module returned a GenericDict", while
+    # UnifiedValidator validated the same file.
+    path = tmp_path / "dict.pt"
+    torch.jit.save(torch.jit.script(ReturnsADict()), str(path))
+    cli = subprocess.run([CONSOLE_SCRIPT, "validate", "--model", str(path), "--input-shape", "4,8", "--backends",
+                          "cpu,emu", "--json"], capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    report = json.loads(cli.stdout)
+    python = VALIDATOR.validate_model(torch.jit.load(str(path)), input_shape=(4, 8))
+    assert report["valid"] and python.is_valid
+    assert sorted(c["subject"] for c in report["checks"]) == sorted(c["subject"] for c in python.checks)
+
+
+def test_a_model_file_of_another_format_is_named_not_called_corrupted(tmp_path):
+    # torch's "PytorchStreamReader failed locating file constants.pkl ... high likelihood that your
+    # checkpoint file is corrupted" for files that are fine, only not TorchScript.
+    from safetensors.torch import save_file
+
+    model = SmallNet()
+    files = {"state.pt": lambda p: torch.save(model.state_dict(), p),
+             "weights.safetensors": lambda p: save_file(model.state_dict(), p),
+             "program.pt2": lambda p: torch.export.save(torch.export.export(model, (torch.zeros(4, 8),)), p),
+             "model.onnx": lambda p: open(p, "wb").write(b"\x08\x07")}
+    expected = {"state.pt": "is a torch.save file (a state dict or a pickled model), which holds no program",
+                "weights.safetensors": "is a safetensors checkpoint, which holds weights but no program",
+                "program.pt2": "is a torch.export program or AOTInductor package (.pt2)",
+                "model.onnx": "is an ONNX model, which torch does not run"}
+    for name, write in files.items():
+        write(str(tmp_path / name))
+        cli = subprocess.run([CONSOLE_SCRIPT, "validate", "--model", str(tmp_path / name), "--input-shape", "4,8"],
+                             capture_output=True, text=True)
+        assert cli.returncode == 1 and expected[name] in cli.stderr, cli.stderr
+        assert "--model reads TorchScript" in cli.stderr and "corrupted" not in cli.stderr
