@@ -41,6 +41,17 @@ class _Offloaded:
         self.version = source._version
 
 
+class _Kept:
+    """One saved tensor left where it is, with its version then: autograd checks no tensor that
+    saved-tensor hooks hold, kept or offloaded, so _check_unchanged does it for both."""
+
+    __slots__ = ("tensor", "version")
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+        self.version = tensor._version
+
+
 def _forget(saved, order, _dead_reference):
     """A record's weak-reference callback: its entry leaves the context's table."""
     saved.pop(order, None)
@@ -108,7 +119,7 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
     def _pack(self, tensor):
         if (tensor.device.type == "cpu" or tensor.layout != torch.strided
                 or tensor.numel() * tensor.element_size() < self.min_bytes or _is_a_parameter(tensor)):
-            return tensor
+            return _Kept(tensor)
         self._check_on_the_accelerator(tensor.device)
         side = self._side_waits_for_compute(tensor.device)
         # Pinned by the tensor's own device type: pin_memory=True would pin for CUDA whenever the
@@ -144,24 +155,26 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
         torch.accelerator.current_stream(record.device).wait_event(record.arrived)
 
     @staticmethod
-    def _check_unchanged(record):
-        """Autograd skips its check of a saved tensor's version when saved-tensor hooks hold it, and
-        the copy to the host runs on a side stream that a later in-place write on the compute stream
-        may overtake: a tensor changed in place after it was saved gave gradients that depended on
-        timing (22239 apart), where torch without offload refuses. Refused as torch does, while the
-        tensor lives (one changed and then freed is not seen)."""
-        source = record.source()
-        if source is not None and source._version != record.version:
+    def _check_unchanged(tensor, version):
+        """Autograd skips its check of a saved tensor's version when saved-tensor hooks hold it. Kept
+        tensors came back as they were then: one changed in place after the forward pass (a CPU
+        tensor, a small one, a parameter changed under no_grad) gave the gradient at its new value,
+        where torch without offload refuses. Offloaded ones are copied to the host on a side stream
+        that a later in-place write on the compute stream may overtake, so their gradients depended
+        on timing (22239 apart). Refused as torch does; an offloaded tensor only while it lives (its
+        record holds it weakly, so one changed and then freed is not seen)."""
+        if tensor is not None and tensor._version != version:
             raise RuntimeError(
                 f"one of the variables needed for gradient computation has been modified by an inplace operation: "
-                f"[{source.type()} {list(source.shape)}] is at version {source._version}; expected version "
-                f"{record.version} instead (offload_activations saved it for backward; change a clone of it "
-                f"instead)")
+                f"[{tensor.type()} {list(tensor.shape)}] is at version {tensor._version}; expected version "
+                f"{version} instead (offload_activations saved it for backward; change it after backward, or change a "
+                f"clone of it)")
 
     def _unpack(self, record):
-        if isinstance(record, torch.Tensor):
-            return record
-        self._check_unchanged(record)
+        if isinstance(record, _Kept):
+            self._check_unchanged(record.tensor, record.version)
+            return record.tensor
+        self._check_unchanged(record.source(), record.version)
         if record.on_device is None:
             self._bring_back(record)
         for earlier in range(record.order - 1, max(-1, record.order - 1 - self.prefetch), -1):

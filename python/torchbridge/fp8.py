@@ -31,6 +31,7 @@ _E5M2 = torch.float8_e5m2
 
 def matmul_kernel(device: "torch.device | str", kernel: str = "auto") -> str:
     """What an FP8 matmul on ``device`` runs: ``"scaled_mm"`` or ``"emulated"``."""
+    _check_kernel_type(kernel)
     return _C._fp8_resolve_kernel(kernel, str(torch.device(device)))
 
 
@@ -138,9 +139,14 @@ def _check_options(amax_history_length, margin, kernel) -> None:
     for name, value in (("amax_history_length", amax_history_length), ("margin", margin)):
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"fp8 {name} must be an int, got {value!r}")
+    _check_kernel_type(kernel)
+    _C._fp8_check_options(amax_history_length, margin, kernel)
+
+
+def _check_kernel_type(kernel) -> None:
+    # Another type reached the binding as pybind's "incompatible function arguments".
     if not isinstance(kernel, str):
         raise TypeError(f"fp8 kernel must be a str ('auto', 'scaled_mm' or 'emulated'), got {kernel!r}")
-    _C._fp8_check_options(amax_history_length, margin, kernel)
 
 
 class Fp8Linear(nn.Module):
@@ -175,6 +181,8 @@ class Fp8Linear(nn.Module):
                     kernel: str = "auto") -> "Fp8Linear":
         """An Fp8Linear that takes over ``linear``'s parameters (the same Parameter objects, so an
         optimizer built over them keeps updating the model)."""
+        if not isinstance(linear, nn.Linear):  # else an AttributeError on whichever attribute it lacked first
+            raise TypeError(f"Fp8Linear.from_linear takes an nn.Linear, got {type(linear).__name__}")
         layer = cls.__new__(cls)
         nn.Module.__init__(layer)
         _check_options(amax_history_length, margin, kernel)
@@ -235,7 +243,8 @@ class Fp8ConversionReport:
         lines = [f"fp8 conversion: {len(self.converted)} Linear layer(s) converted, {len(self.skipped)} skipped"]
         lines += [f"  converted {name} ({fan_in} -> {fan_out})" for name, fan_in, fan_out in self.converted]
         lines += [f"  {name} is {first}, converted with it" for name, first in self.aliases]
-        lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped]
+        # The model itself has the empty name, as in named_modules().
+        lines += [f"  skipped {name or '(the model)'}: {reason}" for name, reason in self.skipped]
         return "\n".join(lines)
 
 
@@ -256,11 +265,22 @@ def convert_to_fp8(model: nn.Module, *, amax_history_length: int = 16, margin: i
     """Replaces, in place, every ``nn.Linear`` of ``model`` whose in/out features are multiples of
     16 by an ``Fp8Linear`` sharing its parameters, and reports what it converted and what it left
     and why. A Linear registered under several names (two parents sharing it, or an alias) is
-    decided once, at its first name, and the one ``Fp8Linear`` takes its place at all of them. ``module_filter_fn(module, qualified_name)`` returning False keeps a layer as it is
-    (torchao's convention). ``model`` itself is never replaced: pass its parent to convert a bare
-    Linear."""
+    decided once, at its first name, and the one ``Fp8Linear`` takes its place at all of them.
+    ``module_filter_fn(module, qualified_name)`` returning False keeps a layer as it is (torchao's
+    convention). ``model`` itself is never replaced, as a conversion in place cannot replace the
+    object the caller holds: a bare Linear is reported skipped, under the empty name; convert
+    ``nn.Sequential(layer)`` or use ``Fp8Linear.from_linear``."""
+    if not isinstance(model, nn.Module):  # else an AttributeError on named_modules
+        raise TypeError(f"convert_to_fp8 takes an nn.Module, got {type(model).__name__}")
     _check_options(amax_history_length, margin, kernel)
     report = Fp8ConversionReport()
+    if isinstance(model, nn.Linear):
+        # Reported rather than passed over: the report said "0 converted, 0 skipped", as if the
+        # model held no Linear at all. Its children (a Linear subclass may hold some) still convert.
+        kind = "nn.Linear" if type(model) is nn.Linear else f"nn.Linear ({type(model).__name__})"
+        report.skipped.append(("", f"the model is itself an {kind}, which a conversion in place cannot replace "
+                                   "(convert_to_fp8 replaces each layer in its parent module); convert "
+                                   "nn.Sequential(model) instead, or use Fp8Linear.from_linear(model)"))
 
     def replacement_for(name, parent, child):
         if not isinstance(child, nn.Linear):

@@ -181,6 +181,44 @@ def test_bad_input_is_a_clear_error():
         Fp8Linear(16, 16)(torch.randn(2, 16, device="emu"))
 
 
+def test_a_bare_linear_is_reported_skipped_with_the_way_out():
+    # A conversion in place cannot replace the module the caller holds: a bare Linear was passed
+    # over and the report said "0 Linear layer(s) converted, 0 skipped", as if it held none.
+    layer = nn.Linear(64, 128)
+    report = convert_to_fp8(layer)
+    assert type(layer) is nn.Linear and report.converted == [] and len(report.skipped) == 1
+    name, reason = report.skipped[0]
+    assert dict(layer.named_modules())[name] is layer  # torch's name for the model itself
+    assert reason.startswith("the model is itself an nn.Linear, which a conversion in place cannot replace")
+    assert "convert nn.Sequential(model) instead, or use Fp8Linear.from_linear(model)" in reason
+    assert "skipped (the model): the model is itself an nn.Linear" in report.summary()
+    # The ways out it names convert it, sharing its parameters.
+    wrapped = nn.Sequential(layer)
+    assert convert_to_fp8(wrapped).converted == [("0", 64, 128)] and wrapped[0].weight is layer.weight
+    x = torch.randn(4, 64)
+    assert torch.equal(wrapped(x), Fp8Linear.from_linear(layer)(x))
+
+    class Adapted(nn.Linear):  # a Linear subclass holding Linears of its own (LoRA's shape)
+        def __init__(self):
+            super().__init__(64, 64)
+            self.down, self.up = nn.Linear(64, 16), nn.Linear(16, 64)
+
+    model = Adapted()
+    report = convert_to_fp8(model)
+    assert report.converted == [("down", 64, 16), ("up", 16, 64)] and isinstance(model.up, Fp8Linear)
+    assert report.skipped[0][0] == "" and "itself an nn.Linear (Adapted)" in report.skipped[0][1]
+
+
+def test_what_is_not_a_module_is_a_type_error_naming_what_was_expected():
+    # A raw AttributeError ('dict' object has no attribute 'named_modules') or pybind's complaint.
+    with pytest.raises(TypeError, match="convert_to_fp8 takes an nn.Module, got dict"):
+        convert_to_fp8({"a": 1})
+    with pytest.raises(TypeError, match="Fp8Linear.from_linear takes an nn.Linear, got Conv1d"):
+        Fp8Linear.from_linear(nn.Conv1d(16, 16, 1))
+    with pytest.raises(TypeError, match=r"fp8 kernel must be a str \('auto', 'scaled_mm' or 'emulated'\), got 3"):
+        matmul_kernel("cpu", 3)
+
+
 def test_auto_kernel_is_the_emulation_where_there_are_no_fp8_units():
     assert matmul_kernel("cpu") == "emulated"
     assert matmul_kernel("emu:0") == "emulated"

@@ -6,6 +6,7 @@ the device, and what must stay (CPU tensors, parameters, small tensors) stays.""
 import contextlib
 import math
 import os
+import re
 import time
 
 os.environ["TORCHBRIDGE_EMU_GUARDED"] = "1"
@@ -16,6 +17,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import torchbridge  # noqa: E402
+from torchbridge._activation_offload import _Kept, _Offloaded  # noqa: E402
 from torchbridge.memory import offload_activations  # noqa: E402
 
 # CTest runs each file in its own process. In a shared pytest process another file may have
@@ -53,7 +55,7 @@ class Counting(offload_activations):
 
     def _pack(self, tensor):
         packed = super()._pack(tensor)
-        self.offloaded += packed is not tensor
+        self.offloaded += isinstance(packed, _Offloaded)
         return packed
 
     def _bring_back(self, record):
@@ -115,7 +117,7 @@ def test_a_frozen_parameter_stays_on_the_device_while_the_activations_leave():
     class Recording(Counting):
         def _pack(self, tensor):
             packed = super()._pack(tensor)
-            if packed is not tensor:
+            if isinstance(packed, _Offloaded):
                 offloaded.append(tensor if tensor._base is None else tensor._base)
             return packed
 
@@ -165,7 +167,7 @@ def test_the_host_copies_are_pinned_for_the_device_also_on_a_machine_with_cuda()
     class Recording(offload_activations):
         def _pack(self, tensor):
             packed = super()._pack(tensor)
-            if packed is not tensor:
+            if isinstance(packed, _Offloaded):
                 hosts.append(packed.host)
             return packed
 
@@ -300,6 +302,81 @@ def test_a_saved_tensor_changed_in_place_afterwards_is_refused_as_torch_refuses_
                                            "instead \\(offload_activations saved it") as offloaded:
         run(offload_activations())
     assert "[256, 256]" in str(plain.value) and "[256, 256]" in str(offloaded.value)
+
+
+class Packs(offload_activations):
+    """Keeps what each saved tensor was packed as, to show which path ran."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.packed = []
+
+    def _pack(self, tensor):
+        self.packed.append(super()._pack(tensor))
+        return self.packed[-1]
+
+
+@pytest.mark.parametrize("case", ["cpu tensor", "small emu tensor", "emu parameter"])
+def test_a_kept_tensor_changed_in_place_afterwards_is_refused_with_torchs_versions(case):
+    """Tensors offload keeps (CPU ones, those below min_bytes, parameters) came back unchecked: one
+    changed in place between forward and backward gave the gradient at its new value (that of
+    sin at h + 1; a Linear's output gradient from the doubled weight) where torch refuses."""
+    def run(context):
+        torch.manual_seed(0)
+        if case == "emu parameter":
+            layer = nn.Linear(256, 256, bias=False).to(EMU)  # 256 KiB: kept for being a parameter, not for its size
+            x = torch.randn(64, 256, device=EMU, requires_grad=True)
+            with context:
+                y = layer(x).sum()  # saves x and weight.t()
+            with torch.no_grad():
+                layer.weight.mul_(2)
+        else:
+            a = torch.randn(4, device="cpu" if case == "cpu tensor" else EMU, requires_grad=True)
+            h = a * 2
+            with context:
+                y = h.sin().sum()  # saves h
+            h.add_(1)
+        y.backward()
+
+    versions = r"is at version (\d+); expected version (\d+) instead"
+    with pytest.raises(RuntimeError, match="modified by an inplace operation") as plain:
+        run(contextlib.nullcontext())
+    context = Packs()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation.*" + versions +
+                                           " \\(offload_activations saved it for backward; change it after "
+                                           "backward") as offloaded:
+        run(context)
+    assert context.packed and all(isinstance(packed, _Kept) for packed in context.packed)
+    assert re.search(versions, str(offloaded.value)).groups() == re.search(versions, str(plain.value)).groups()
+
+
+def test_kept_tensors_changed_only_after_backward_train_as_without_offload():
+    """The version check of kept tensors must refuse nothing torch accepts: the optimizer changes the
+    parameters in place after each backward, a tensor is saved by several ops and through views, one
+    changed in place during the forward pass is saved at its new version, and double backward unpacks
+    what was saved again."""
+    def steps(context):
+        torch.manual_seed(3)
+        model = make_model(EMU)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        results = []
+        for _ in range(3):
+            x = torch.randn(32, 64, device=EMU, requires_grad=True)
+            with context:
+                h = model(x)
+                h.tanh_()
+                out = (h * h[:, :1]).sum() + (h.t() @ h).sum()
+            (grad,) = torch.autograd.grad(out, x, create_graph=True)
+            (out + grad.pow(2).sum()).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            results += [out.detach().cpu(), x.grad.cpu()]
+        return results + [p.detach().cpu() for p in model.parameters()]
+
+    context = Packs()  # the default min_bytes: every tensor saved here is kept
+    expected, actual = steps(contextlib.nullcontext()), steps(context)
+    assert all(isinstance(packed, _Kept) for packed in context.packed)
+    assert all(torch.equal(e, a) for e, a in zip(expected, actual))
 
 
 def test_a_saved_view_comes_back_in_its_layout_for_bit_identical_double_backward():
