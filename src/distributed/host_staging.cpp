@@ -32,7 +32,11 @@ class HostStagingHook : public c10d::CommHookInterface {
     std::vector<at::Tensor> tensors{host};
     const double world = group_->world_size();
     return group_->native()->allreduce(tensors)->getFuture()->then(
-        [host, device_buffer, world](c10::ivalue::Future& /*done*/) {
+        [host, device_buffer, world](c10::ivalue::Future& done) {
+          // then() runs this when the all-reduce failed too (a rank was lost): value() rethrows its
+          // error, which fails the bucket's future. Unchecked, the unreduced host copy divided by
+          // the world size became the gradient, and the survivors trained on and exited 0.
+          (void)done.value();
           host.div_(world);
           device_buffer.copy_(host);
           return c10::IValue(device_buffer);

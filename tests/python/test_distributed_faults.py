@@ -79,3 +79,48 @@ def test_survivors_exit_naming_the_lost_rank(world_size, victim, how):
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+# Gradients of an SDK device's parameters reach Gloo through a host copy (a comm hook): its
+# callback ignored the all-reduce's failure, so a survivor's next backward returned its own
+# gradient divided by the world size, and the job trained on and exited 0.
+SDK_DEVICE_RANK = """
+import os, sys, time, torch
+import torchbridge, torchbridge.distributed as tbd
+torchbridge.devices.load("emu")
+group = tbd.init(timeout=10)
+model = tbd.DataParallel(torch.nn.Linear(4, 1, bias=False).to("emu:0"), group)
+x = torch.full((2, 4), float(group.rank + 1), device="emu:0")
+model.backward(model(x).sum())
+print("step 1 gradient", model.module.weight.grad.cpu().tolist(), flush=True)
+if group.rank == 1:
+    os._exit(0)
+time.sleep(2)
+model.zero_grad()
+model.backward(model(x).sum())
+print("step 2 returned", model.module.weight.grad.cpu().tolist(), flush=True)
+"""
+
+
+def test_survivors_on_an_sdk_device_exit_naming_the_lost_rank():
+    import sys
+
+    port = free_port()
+    ranks = [subprocess.Popen([sys.executable, "-c", SDK_DEVICE_RANK], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                                                  LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                                                  MASTER_PORT=str(port), OMP_NUM_THREADS="1"))
+             for rank in range(2)]
+    try:
+        outputs = [process.communicate(timeout=DEADLINE_S) for process in ranks]
+    finally:
+        for process in ranks:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    for stdout, _ in outputs:
+        assert "step 1 gradient [[3.0, 3.0, 3.0, 3.0]]" in stdout  # (2 x 1 + 2 x 2) / 2: averaged
+    survivor_out, survivor_err = outputs[0]
+    assert ranks[0].returncode == 1 and "step 2 returned" not in survivor_out, survivor_out
+    assert "rank 0 of 2: DataParallel backward with gradient all-reduce failed: rank 1 was lost" in survivor_err, \
+        survivor_err
