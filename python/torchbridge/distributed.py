@@ -58,9 +58,10 @@ def init(timeout: float = 60.0, device: str = "cpu") -> ProcessGroup:
     if not isinstance(device, (str, torch.device)):
         raise TypeError(f"device must be a backend name such as 'cpu', 'emu' or 'cuda' (or a torch.device), got "
                         f"{type(device).__name__}")
-    if not 0 < timeout < _LONGEST_TIMEOUT_S:
-        raise ValueError(f"timeout must be a positive, finite number of seconds (below {_LONGEST_TIMEOUT_S:.0f}), "
-                         f"got {timeout!r}")
+    if not 0.001 <= timeout < _LONGEST_TIMEOUT_S:
+        # It travels in whole milliseconds: 0.0009 was "must be positive, got 0 ms".
+        raise ValueError(f"timeout must be a finite number of seconds from 0.001 (a millisecond) to below "
+                         f"{_LONGEST_TIMEOUT_S:.0f}, got {timeout!r}")
     return ProcessGroup.init(int(timeout * 1000), str(device))
 
 
@@ -109,6 +110,11 @@ class DataParallel(torch.nn.Module):
                 raise TypeError(f"{name} must be a number of MiB, got {type(size).__name__} {size!r}")
             if not 0 < size * 2**20 < 2**63:  # NaN fails too
                 raise ValueError(f"{name} must be positive and below 2**43 MiB, got {size!r}")
+        for name, flag in (("gradient_as_bucket_view", gradient_as_bucket_view),
+                           ("broadcast_buffers", broadcast_buffers), ("find_unused_parameters", find_unused_parameters)):
+            # bool("no") and bool("False") are True: a string turned the option on.
+            if not isinstance(flag, (bool, numbers.Integral)) or flag not in (0, 1):
+                raise TypeError(f"{name} must be True or False, got {type(flag).__name__} {flag!r}")
         # Refused on every rank when one rank's model has them: the others would otherwise wait for it.
         group.refuse_together("DataParallel", _sparse_gradient_refusal(module))
         self.module = module

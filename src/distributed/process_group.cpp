@@ -210,7 +210,8 @@ std::shared_ptr<ProcessGroup> init(const LaunchEnvironment& env, const InitOptio
       options.backend.value_or(cuda ? CollectiveBackend::nccl : CollectiveBackend::gloo);
   const std::string nccl_unavailable = backend == CollectiveBackend::nccl ? nccl_unavailable_reason() : "";
   TORCH_CHECK_VALUE(nccl_unavailable.empty(), "the nccl collective backend is not available: ", nccl_unavailable,
-                    "; use gloo (device '", options.device, "')");
+                    "; Gloo reduces host tensors instead: train on device 'cpu' (Python and the CLI), or set "
+                    "InitOptions::backend to gloo (C++)");
   TORCH_CHECK_VALUE(backend == CollectiveBackend::gloo || cuda, "the nccl collective backend reduces CUDA tensors, ",
                     "not device '", options.device, "'; use gloo");
   // A restarted job (torchelastic) shares the agent's store with its earlier attempts, whose keys

@@ -132,10 +132,14 @@ def test_gradients_as_bucket_views_equal_plain_backward_and_share_the_bucket(wit
 
 
 def test_bad_input_is_refused():
-    for timeout in (0, -1.0, float("inf"), float("nan"), 1e12):
-        with pytest.raises(ValueError, match=f"timeout must be a positive, finite number of seconds .* got {timeout!r}"):
+    for timeout in (0, -1.0, float("inf"), float("nan"), 1e12, 0.0009):  # 0.0009 was "positive, got 0 ms"
+        with pytest.raises(ValueError, match=f"timeout must be a finite number of seconds from 0.001 .* got {timeout!r}"):
             tbd.init(timeout=timeout)
     group = tbd.init()
+    # bool("no") is True: a string turned an option on.
+    for option in ("gradient_as_bucket_view", "broadcast_buffers", "find_unused_parameters"):
+        with pytest.raises(TypeError, match=f"{option} must be True or False, got str 'no'"):
+            tbd.DataParallel(torch.nn.Linear(2, 2), group, **{option: "no"})
     with pytest.raises(TypeError, match="wraps a torch.nn.Module, got int"):
         tbd.DataParallel(3, group)
     for timeout in (True, "5", None):
