@@ -18,8 +18,11 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <exception>
+#include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -54,8 +57,7 @@ void run(const ProcessGroup& group, const std::string& operation, const Step& st
   }
 }
 
-c10::intrusive_ptr<c10d::Store> rendezvous_store(const LaunchEnvironment& env, std::chrono::milliseconds timeout) {
-  if (!env.launched) return c10::make_intrusive<c10d::HashStore>();  // a world of one meets nobody
+c10::intrusive_ptr<c10d::Store> new_rendezvous_store(const LaunchEnvironment& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<uint16_t>(env.master_port);
   options.isServer = env.rank == 0 && !env.agent_store;
@@ -66,6 +68,34 @@ c10::intrusive_ptr<c10d::Store> rendezvous_store(const LaunchEnvironment& env, s
                "meeting the other ranks at MASTER_ADDR " + env.master_addr + ", MASTER_PORT " +
                    std::to_string(env.master_port) + " (timeout " + std::to_string(timeout.count()) + " ms)",
                [&] { return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options); });
+}
+
+// One rendezvous store per process and address while any group uses it: a second group (init
+// called again, with the first alive) meets through the same store under its own prefix. Rank 0
+// serving a second store on MASTER_PORT failed with EADDRINUSE, and its clients could meet the
+// first group's store instead.
+c10::intrusive_ptr<c10d::Store> rendezvous_store(const LaunchEnvironment& env, std::chrono::milliseconds timeout) {
+  if (!env.launched) return c10::make_intrusive<c10d::HashStore>();  // a world of one meets nobody
+  static std::mutex mutex;
+  static std::map<std::string, c10::weak_intrusive_ptr<c10d::Store>> stores;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const std::string address = env.master_addr + ":" + std::to_string(env.master_port);
+  if (const auto found = stores.find(address); found != stores.end()) {
+    if (auto alive = found->second.lock()) return alive;
+  }
+  auto store = new_rendezvous_store(env, timeout);
+  stores.insert_or_assign(address, c10::weak_intrusive_ptr<c10d::Store>(store));
+  return store;
+}
+
+// Each group's keys under their own prefix: a job's attempt (torchelastic restarts share the
+// agent's store with earlier attempts) and the group's number in this process (a second init read
+// the first group's Gloo addresses and liveness keys). Every rank creates its groups in one order,
+// as torch's own groups require, so the numbers agree.
+std::string group_prefix(const LaunchEnvironment& env) {
+  static std::atomic<int> groups_created{0};
+  return "torchbridge/attempt_" + std::to_string(env.restart_count.value_or(0)) + "/group_" +
+         std::to_string(groups_created++);
 }
 
 void check_tensor(const at::Tensor& tensor, const char* operation) {
@@ -214,11 +244,7 @@ std::shared_ptr<ProcessGroup> init(const LaunchEnvironment& env, const InitOptio
                     "InitOptions::backend to gloo (C++)");
   TORCH_CHECK_VALUE(backend == CollectiveBackend::gloo || cuda, "the nccl collective backend reduces CUDA tensors, ",
                     "not device '", options.device, "'; use gloo");
-  // A restarted job (torchelastic) shares the agent's store with its earlier attempts, whose keys
-  // (Gloo's addresses among them) are still there: each attempt has its own prefix, as torch's own
-  // groups do, or the new ranks would read a dead attempt's addresses.
-  const auto store = c10::make_intrusive<c10d::PrefixStore>(
-      "torchbridge/attempt_" + std::to_string(env.restart_count.value_or(0)), rendezvous_store(env, options.timeout));
+  const auto store = c10::make_intrusive<c10d::PrefixStore>(group_prefix(env), rendezvous_store(env, options.timeout));
   // Gloo always: the CPU tensors of the option and parameter checks, fingerprints and host staging.
   const auto gloo = joining(env, "connecting Gloo to every other rank (timeout " +
                                    std::to_string(options.timeout.count()) + " ms)",

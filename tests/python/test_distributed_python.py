@@ -48,6 +48,44 @@ if __name__ == "__main__":
 """
 
 
+SEVERAL_GROUPS = """
+import gc, torch, torchbridge.distributed as tbd
+
+def trained_gradient(group):
+    model = tbd.DataParallel(torch.nn.Linear(3, 1, bias=False), group)
+    model.backward(model(torch.full((2, 3), float(group.rank + 1))).sum())
+    return model.module.weight.grad.tolist()
+
+first, second = tbd.init(timeout=15), tbd.init(timeout=15)  # two live groups
+second.barrier()
+first.barrier()
+print("two groups", trained_gradient(first), trained_gradient(second), flush=True)
+del first, second
+gc.collect()
+for phase in range(2):  # a group made, used and dropped, then another: training phases
+    group = tbd.init(timeout=15)
+    print("phase", phase, trained_gradient(group), flush=True)
+    del group
+    gc.collect()
+"""
+
+
+def test_several_groups_in_one_process_each_meet_their_own_ranks(tmp_path):
+    # Every group used one store prefix: a second init read the first group's Gloo addresses and
+    # liveness keys ("Connection refused", "rank 0 has left the group", barriers timing out) in 5
+    # of 5 runs of the phases and most runs of two live groups.
+    script = tmp_path / "several_groups.py"
+    script.write_text(SEVERAL_GROUPS)
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          str(script)], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    average = [[3.0, 3.0, 3.0]]  # (2 x 1 + 2 x 2) / 2
+    assert run.stdout.count(f"two groups {average} {average}") == 2, run.stdout
+    for phase in range(2):
+        assert run.stdout.count(f"phase {phase} {average}") == 2, run.stdout
+
+
 def test_a_restarted_job_joins_again_on_the_agents_store(tmp_path):
     # Every attempt of a torchelastic job shares the agent's store; the group's keys were under one
     # fixed prefix, so a restarted rank read the dead attempt's Gloo address ("Connection refused"
