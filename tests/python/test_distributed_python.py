@@ -59,12 +59,12 @@ def trained_gradient(group):
 first, second = tbd.init(timeout=15), tbd.init(timeout=15)  # two live groups
 second.barrier()
 first.barrier()
-print("two groups", trained_gradient(first), trained_gradient(second), flush=True)
+print(f"two groups {trained_gradient(first)} {trained_gradient(second)}", flush=True)  # one write per line
 del first, second
 gc.collect()
 for phase in range(2):  # a group made, used and dropped, then another: training phases
     group = tbd.init(timeout=15)
-    print("phase", phase, trained_gradient(group), flush=True)
+    print(f"phase {phase} {trained_gradient(group)}", flush=True)
     del group
     gc.collect()
 """
