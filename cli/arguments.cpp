@@ -17,7 +17,8 @@ ParsedArguments parse_arguments(const std::string& command, const std::vector<st
                                 const CommandSpec& spec) {
   ParsedArguments parsed;
   for (size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i];
+    // -h as at the top level ("torchbridge -h"): "info -h" was an unknown argument.
+    std::string arg = args[i] == "-h" ? "--help" : args[i];
     std::string value;
     bool has_inline_value = false;
     if (const auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {

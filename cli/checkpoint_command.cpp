@@ -276,7 +276,7 @@ int convert(const std::vector<std::string>& args) {
 }  // namespace
 
 int run_checkpoint(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] == "--help") {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     (args.empty() ? std::cerr : std::cout) << kHelp;
     return args.empty() ? 1 : 0;
   }

@@ -329,7 +329,9 @@ TEST(Cli, VersionHelpAndErrors) {
   const CommandResult version = run_cli("--version");
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_NE(version.out.find(TORCHBRIDGE_VERSION_STRING), std::string::npos);
-  for (const char* command : {"--help", "info --help", "doctor --help"}) {
+  // -h as well as --help, after a command too ("info -h" was an unknown argument).
+  for (const char* command : {"--help", "info --help", "doctor --help", "-h", "info -h", "validate -h",
+                              "checkpoint -h", "checkpoint convert -h"}) {
     const CommandResult help = run_cli(command);
     EXPECT_EQ(help.exit_code, 0) << command;
     EXPECT_NE(help.out.find("usage: torchbridge"), std::string::npos) << command;
