@@ -27,7 +27,8 @@ Commands:
   export    write a model as TorchScript or safetensors (torch.export, AOTInductor, ONNX: the
             Python package's command)
   bench     the SDK, checkpoint and validation micro-benchmarks: one table of ratios
-  train     train a built-in model alone or under torchrun (--data-parallel, --zero1)
+  train     train a built-in model alone or under torchrun (--data-parallel, --zero1,
+            --tensor-parallel K, --pipeline-parallel K)
   run       (Python package only) run a CUDA program redirected to this machine's accelerator
 
 Run 'torchbridge COMMAND --help' for a command's options.
