@@ -7,6 +7,7 @@
 #include "text_format.h"
 
 #include <torchbridge/checkpoint/safetensors.h>
+#include <torchbridge/error_summary.h>
 #include <torchbridge/module_state.h>
 #include <torchbridge/validation/validator.h>
 
@@ -70,7 +71,10 @@ std::vector<at::Tensor> outputs_of(torch::jit::Module& module, const std::vector
   torch::jit::GraphOptimizerEnabledGuard unoptimized(false);  // the same graph for both runs
   at::NoGradGuard no_grad;
   const EvalMode eval_mode(module);
-  return validation::output_tensors(module.forward(std::vector<c10::IValue>(inputs.begin(), inputs.end())));
+  // Each run on its own copy: a model that changes its input in place changed the next run's.
+  std::vector<c10::IValue> fresh;
+  for (const auto& input : inputs) fresh.emplace_back(input.clone());
+  return validation::output_tensors(module.forward(fresh));
 }
 
 // Equal as torch.testing.assert_close(rtol=0, atol=0, equal_nan=True) has it: the same shapes and
@@ -107,7 +111,16 @@ void export_torchscript(torch::jit::Module& module, const std::string& output, c
       });
   module.save(temporary);
   torch::jit::Module reloaded = torch::jit::load(temporary);
-  const std::vector<at::Tensor> expected = outputs_of(module, inputs);
+  std::vector<at::Tensor> expected;
+  try {
+    expected = outputs_of(module, inputs);
+  } catch (const std::exception& e) {  // c10::Error, or TorchScript's JITException
+    // The model's own error names no input ("mat1 and mat2 shapes cannot be multiplied").
+    std::string shapes;
+    for (const auto& input : inputs) shapes += (shapes.empty() ? "" : "; ") + c10::str(input.sizes());
+    throw UsageError("the model does not run on random inputs of shape " + shapes + " (--input-shape): " +
+                     error_summary(e.what()));
+  }
   if (!identical_outputs(outputs_of(reloaded, inputs), expected)) {
     throw std::runtime_error("the reloaded TorchScript module's outputs differ from the model's; nothing written");
   }

@@ -179,3 +179,31 @@ def test_the_cpp_binary_says_onnx_needs_python(tmp_path):
     run = export("--model", "builtin:mlp", "--format", "onnx", "--output", str(tmp_path / "m.onnx"), program=BINARY)
     assert run.returncode == 1
     assert "needs torch.onnx, which only Python has" in run.stderr
+
+
+class ShiftsItsInputInPlace(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x.sub_(0.5))
+
+
+@pytest.mark.parametrize("program", [CONSOLE_SCRIPT, BINARY] if BINARY else [CONSOLE_SCRIPT])
+def test_torchscript_export_of_a_model_that_changes_its_input_and_of_a_shape_that_does_not_fit(tmp_path, program):
+    # Both runs got one input tensor, which the first changed: "the reloaded TorchScript module's
+    # outputs differ from the model's; nothing written". A wrong --input-shape gave torch's error
+    # alone ("mat1 and mat2 shapes cannot be multiplied"), naming no shape.
+    model = tmp_path / "shifts.pt"
+    torch.jit.save(torch.jit.script(ShiftsItsInputInPlace()), str(model))
+    written = export("--model", model, "--format", "torchscript", "--output", tmp_path / "out.pt", "--input-shape",
+                     "4,8", program=program)
+    assert written.returncode == 0, written.stderr
+    x = torch.randn(4, 8)
+    assert torch.equal(torch.jit.load(str(tmp_path / "out.pt"))(x.clone()), torch.jit.load(str(model))(x.clone()))
+    refused = export("--model", model, "--format", "torchscript", "--output", tmp_path / "bad.pt", "--input-shape",
+                     "4,7", program=program)
+    assert refused.returncode == 1 and "the model does not run on random inputs of shape [4, 7] (--input-shape): " \
+        "RuntimeError: " in refused.stderr, refused.stderr
+    assert not (tmp_path / "bad.pt").exists()
