@@ -122,6 +122,15 @@ class Machine {
     return value;
   }
 
+  // The innermost dict key (a str) below the value being built, or "": in a state dict, the name
+  // of the tensor whose pickle is being read.
+  std::string nearest_key() const {
+    for (auto it = stack_.rbegin(); it != stack_.rend(); ++it) {
+      if ((*it)->kind == PickleValue::Kind::string) return (*it)->text;
+    }
+    return "";
+  }
+
   PickleRef pop() {
     check(stack_.size() > (marks_.empty() ? 0 : marks_.back()), "pop from an empty stack");
     PickleRef value = std::move(stack_.back());
@@ -275,7 +284,14 @@ class Machine {
         const PickleRef callable = pop();
         check(callable->kind == Kind::global && args->kind == Kind::tuple, "REDUCE needs a global and a tuple, got ",
               callable->description(), " and ", args->description());
-        stack_.push_back(hooks_.reduce(*callable, *args));
+        try {
+          stack_.push_back(hooks_.reduce(*callable, *args));
+        } catch (const c10::ValueError& error) {
+          // A refusal names the entry it was building: the nearest key below it on the stack.
+          const std::string key = nearest_key();
+          if (key.empty()) throw;
+          C10_THROW_ERROR(ValueError, c10::str(error.msg(), " (in entry '", key, "')"));
+        }
         break;
       }
       case BUILD: {

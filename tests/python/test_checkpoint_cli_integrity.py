@@ -376,3 +376,15 @@ def test_a_zip_that_is_not_from_torch_save_is_named_with_the_readers_whole_reaso
     assert result.returncode == 1
     assert f"{archive}: not a torch.save zip archive (file in archive is not in a subdirectory: a.npy)\n" \
         in result.stderr, result.stderr
+
+
+def test_a_refused_torch_save_entry_is_named(tmp_path):
+    # The README says refusals name the file and the entry; these two named neither entry.
+    with_attribute = torch.nn.Parameter(torch.ones(3))
+    with_attribute.tensor_model_parallel = True
+    cases = {"layer.weight": with_attribute, "emb.sparse": torch.eye(3).to_sparse()}
+    for name, value in cases.items():
+        source = tmp_path / f"{name}.pt"
+        torch.save({"a": torch.ones(2), name: value}, source)
+        result = tb("checkpoint", "convert", source, tmp_path / "out.safetensors")
+        assert result.returncode == 1 and f"(in entry '{name}')" in result.stderr, result.stderr
