@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <map>

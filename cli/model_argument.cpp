@@ -21,7 +21,8 @@ namespace {
 // the way to what --model reads; empty otherwise. torch's own error called each of these
 // "corrupted" ("PytorchStreamReader failed locating file constants.pkl").
 std::string other_model_format(const std::string& path) {
-  const std::string script_it = "; --model reads TorchScript (torch.jit.script or torch.jit.trace, then torch.jit.save)";
+  const std::string script_it =
+      "; --model reads TorchScript (torch.jit.script or torch.jit.trace, then torch.jit.save)";
   if (path.ends_with(".onnx")) return "an ONNX model, which torch does not run" + script_it;
   if (checkpoint::is_torch_save_file(path)) {
     try {

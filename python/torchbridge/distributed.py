@@ -110,8 +110,9 @@ class DataParallel(torch.nn.Module):
                 raise TypeError(f"{name} must be a number of MiB, got {type(size).__name__} {size!r}")
             if not 0 < size * 2**20 < 2**63:  # NaN fails too
                 raise ValueError(f"{name} must be positive and below 2**43 MiB, got {size!r}")
-        for name, flag in (("gradient_as_bucket_view", gradient_as_bucket_view),
-                           ("broadcast_buffers", broadcast_buffers), ("find_unused_parameters", find_unused_parameters)):
+        flags = {"gradient_as_bucket_view": gradient_as_bucket_view, "broadcast_buffers": broadcast_buffers,
+                 "find_unused_parameters": find_unused_parameters}
+        for name, flag in flags.items():
             # bool("no") and bool("False") are True: a string turned the option on.
             if not isinstance(flag, (bool, numbers.Integral)) or flag not in (0, 1):
                 raise TypeError(f"{name} must be True or False, got {type(flag).__name__} {flag!r}")

@@ -150,8 +150,9 @@ TEST(ProcessGroup, NcclIsRefusedWhereItCannotRunWithTheReasonAndTheWayOut) {
   options.device = "cuda";  // its default backend is NCCL
   const std::string message = error_of([&] { init(LaunchEnvironment{}, options); });
   // The way out names what each API offers: Python and the CLI have no backend option.
-  EXPECT_NE(message.find("the nccl collective backend is not available: " + reason + "; Gloo reduces host tensors "
-                         "instead: train on device 'cpu' (Python and the CLI), or set InitOptions::backend to gloo (C++)"),
+  EXPECT_NE(message.find("the nccl collective backend is not available: " + reason +
+                         "; Gloo reduces host tensors instead: train on device 'cpu' (Python and the CLI), or set "
+                         "InitOptions::backend to gloo (C++)"),
             std::string::npos)
       << message;
 }
