@@ -5,7 +5,8 @@ for an accelerator this machine lacks (``.cuda()``, ``device="cuda"``, ``torch.c
 the target, ``TORCHBRIDGE_BACKEND`` or else ``torchbridge.detect_best_backend()``.
 ``from TorchDevice import TorchDevice; device = TorchDevice(); model.to(device.device)`` gives the
 device a CUDA request goes to. As in TorchDevice, constructing ``torch.device("cpu:-1")`` turns a
-process-wide CPU override on (every device request means the CPU) and the next one turns it off.
+process-wide CPU override on (every accelerator request means the CPU; meta stays meta) and the
+next one turns it off; ``TorchDevice("cpu:-1")`` is the CPU, toggling nothing.
 
 What TorchDevice's own internals offered (``TorchDevice.core``, ``TorchDevice.ops``,
 ``DeviceManager``, its mocked ``torch.cuda`` functions) has no counterpart here: asking for it
@@ -81,7 +82,9 @@ def _resolve(device_type, device_index) -> torch.device:
             raise ValueError(f"TorchDevice: '{spec}' already names an index; device_index={device_index} "
                              "gives it twice")
         spec = f"{spec}:{device_index}"
-    return torch.device(spec) if spec == "cpu:-1" else _redirect.resolve(spec)
+    # "cpu:-1" here is a request, resolved like device="cpu:-1": the CPU, toggling nothing. Only
+    # constructing torch.device("cpu:-1") toggles the override (docs/torchdevice-migration.md).
+    return _redirect.resolve(spec)
 
 
 class _TorchDeviceType(type):

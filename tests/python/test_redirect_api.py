@@ -397,3 +397,87 @@ def test_a_bare_index_names_a_cuda_device(target):
         first, second = torch.device(0), torch.device(1)
     expected = ("emu:0", "emu:1") if target == "emu" else ("cpu", "cpu")
     assert (str(first), str(second)) == expected
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_the_cpu_override_leaves_meta_and_lazy_requests_alone(target):
+    # Inside redirect.cpu() every request meant the CPU: device="meta" allocated real memory (a
+    # 4 TB meta tensor failed) and init_empty_weights built CPU weights.
+    init_empty_weights = pytest.importorskip("accelerate").init_empty_weights
+    meta, lazy = torch.empty(2, device="meta").device, torch.device("lazy")  # plain torch's answers
+    with redirect.redirected(target), redirect.cpu():
+        assert torch.zeros(2, device="cuda").device.type == "cpu"  # what the override is for
+        assert torch.empty(2, device="meta").device == meta and torch.ones(2).to("meta").device == meta
+        assert torch.empty(10**12, device="meta").device == meta  # free on meta
+        assert torch.nn.Linear(4, 4, device="meta").weight.device == meta
+        assert torch.device("lazy") == lazy
+        with init_empty_weights():
+            assert torch.nn.Linear(4, 4).weight.device == meta
+
+
+def test_torch_compile_runs_under_the_cpu_override():
+    # torch.compile traces on meta tensors, which the override made CPU ones: "AssertionError:
+    # elem.device.type must be 'meta', got cpu". (dynamo's cache is reset: a graph compiled for emu
+    # by another test asks for emu's stream, which torch cannot answer with the CPU as the target.)
+    torch.manual_seed(0)
+    model, x = torch.nn.Linear(8, 8), torch.randn(2, 8)
+    expected = model(x)
+    torch._dynamo.reset()
+    with redirect.redirected("cpu"), redirect.cpu():
+        compiled = torch.compile(model)(x)
+    torch._dynamo.reset()
+    torch.testing.assert_close(compiled, expected)
+
+
+def run_torchdevice_program(code: str) -> str:
+    """`code` in a fresh interpreter (importing TorchDevice turns redirection on for the process)."""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, TORCHBRIDGE_BACKEND="emu"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_torchdevices_toggled_cpu_override_leaves_meta_requests_alone():
+    # After torch.device("cpu:-1") a meta request became a CPU tensor, and TorchDevice("meta") the CPU.
+    out = run_torchdevice_program(
+        "import TorchDevice, torch\n"
+        "meta = torch._C.device('meta')\n"
+        "torch.device('cpu:-1')\n"
+        "assert torch.zeros(2, device='cuda').device.type == 'cpu'\n"
+        "assert torch.zeros(3, device='meta').device == meta and TorchDevice.TorchDevice('meta').device == meta\n"
+        "assert torch.nn.Linear(2, 2, device='meta').weight.device == meta\n"
+        "print('ok')\n")
+    assert out.split() == ["ok"]
+
+
+def test_the_torchdevice_constructor_resolves_cpu_minus_one_without_toggling_the_override():
+    # docs/torchdevice-migration.md: constructing torch.device("cpu:-1") toggles the override;
+    # TorchDevice(...) resolves a request, as device="cpu:-1" does, which is the CPU and toggles
+    # nothing. TorchDevice("cpu:-1") turned the override on, sending every later CUDA request to the CPU.
+    out = run_torchdevice_program(
+        "import TorchDevice, torch\n"
+        "from TorchDevice import TorchDevice as TD\n"
+        "for spec in (('cpu:-1',), ('cpu', -1), ('cpu:-1',)):\n"
+        "    print(TD(*spec).device, TD._cpu_override, torch.zeros(1, device='cuda').device)\n"
+        "torch.device('cpu:-1')\n"
+        "print(TD._cpu_override, torch.zeros(1, device='cuda').device)\n")
+    assert out.splitlines() == ["cpu False emu:0"] * 3 + ["True cpu"]
+
+
+def test_a_multiprocessor_count_the_target_does_not_report_is_none():
+    # emu reports none (its DeviceInfo says None: unknown). The redirected properties said 0, a
+    # false count that CUDA code divides by (ZeroDivisionError) or sizes grids and worker pools with.
+    from torchbridge.backends import BackendFactory
+
+    assert BackendFactory.create("emu").get_device_info(0).multiprocessor_count is None
+    torch.manual_seed(0)
+    reference, x = torch.nn.Linear(4, 2), torch.randn(6, 4)
+    with redirect.redirected("emu"):
+        assert torch.cuda.get_device_properties(0).multi_processor_count is None
+        # DataParallel compares the devices' counts (>= 75% of the largest); unknown ones skip that.
+        model = torch.nn.DataParallel(torch.nn.Linear(4, 2).cuda(), device_ids=[0, 1])
+        model.module.load_state_dict(reference.state_dict())
+        torch.testing.assert_close(model(x.cuda()).cpu(), reference(x))
+    with redirect.redirected("cpu"):  # a count the target reports is given as it is
+        assert torch.cuda.get_device_properties(0).multi_processor_count == \
+            BackendFactory.create("cpu").get_device_info(0).multiprocessor_count > 0

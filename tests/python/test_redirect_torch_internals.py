@@ -455,6 +455,85 @@ def test_autocast_state_asked_for_cuda_is_the_targets(target):
 
 
 @pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_cuda_autocast_without_a_dtype_computes_in_cudas_default_on_every_target(target):
+    # CUDA's autocast dtype starts as float16 (torch.cuda.amp.autocast pins it). Redirected to the
+    # CPU, torch.autocast("cuda") took the CPU's default, bfloat16, while torch.cuda.amp.autocast()
+    # computed in float16: one program, two precisions.
+    cuda_default, cpu_default = torch.get_autocast_dtype("cuda"), torch.get_autocast_dtype("cpu")  # torch's own
+    assert (cuda_default, cpu_default) == (torch.float16, torch.bfloat16)
+    torch.manual_seed(0)
+    model, x = torch.nn.Linear(4, 4), torch.randn(2, 4)
+    with torch.autocast("cpu", dtype=cuda_default):
+        expected = model(x)  # the same computation in CUDA's default dtype, on the CPU
+    with redirect.redirected(target):
+        model, batch = model.cuda(), x.cuda()
+        regions = (lambda: torch.autocast("cuda"), lambda: torch.amp.autocast("cuda"),
+                   lambda: torch.autocast(device_type="cuda"), torch.cuda.amp.autocast)
+        for region in regions:
+            with region():
+                got = model(batch)
+                assert torch.is_autocast_enabled("cuda") and torch.is_autocast_enabled()
+                assert torch.get_autocast_dtype("cuda") == torch.get_autocast_gpu_dtype() == cuda_default
+            assert got.dtype == cuda_default
+            torch.testing.assert_close(got.cpu(), expected)
+        assert torch.get_autocast_dtype("cuda") == cuda_default  # outside a region too, as torch answers
+        with torch.autocast("cuda", dtype=torch.bfloat16):  # an explicit dtype is honoured
+            assert model(batch).dtype == torch.get_autocast_dtype("cuda") == torch.bfloat16
+            with torch.autocast("cuda"):  # a nested region keeps the enclosing one's, as torch's does
+                assert model(batch).dtype == torch.bfloat16
+        with torch.autocast("cpu"):  # the program's own CPU autocast keeps the CPU's default
+            assert torch.ones(2, 4).matmul(torch.ones(4, 4)).dtype == cpu_default
+
+
+def test_cuda_autocast_in_compiled_code_computes_as_in_eager_code_on_the_cpu_target():
+    # torch.compile traces the redirected autocast's construction; done in more than one step, a
+    # graph break left dynamo an autocast object without attributes (AttributeError: 'device').
+    torch.manual_seed(0)
+    model, x = torch.nn.Linear(4, 4), torch.randn(2, 4)
+    with torch.autocast("cpu", dtype=torch.float16):
+        expected = model(x)  # CUDA's default dtype, computed by plain torch on the CPU
+
+    def forward(batch):
+        with torch.autocast("cuda"):
+            return model(batch), torch.get_autocast_gpu_dtype()
+
+    torch._dynamo.reset()
+    try:
+        with redirect.redirected("cpu"):
+            (eager, eager_dtype), (compiled, compiled_dtype) = forward(x.cuda()), torch.compile(forward)(x.cuda())
+    finally:
+        torch._dynamo.reset()
+    assert eager_dtype == compiled_dtype == eager.dtype == compiled.dtype == torch.float16
+    torch.testing.assert_close(eager, expected)
+    torch.testing.assert_close(compiled, expected)
+
+
+def test_cudas_autocast_dtype_is_its_own_on_the_cpu_target():
+    # torch keeps an autocast dtype per device type; with the CPU as the target, setting CUDA's
+    # (set_autocast_gpu_dtype) must not change the CPU's, and autocast turned on by hand for CUDA
+    # computes in CUDA's dtype, giving the CPU its own back when turned off.
+    model, batch = torch.nn.Linear(4, 4), torch.randn(2, 4)
+    cpu_default = torch.get_autocast_dtype("cpu")
+    with redirect.redirected("cpu"):
+        torch.set_autocast_enabled("cuda", True)
+        try:
+            assert model(batch).dtype == torch.float16 == torch.get_autocast_gpu_dtype()
+        finally:
+            torch.set_autocast_enabled("cuda", False)
+            torch.clear_autocast_cache()  # its float16 weights, which autocast's own regions drop on leaving
+        assert torch.get_autocast_dtype("cpu") == cpu_default and model(batch).dtype == torch.float32
+        torch.set_autocast_gpu_dtype(torch.bfloat16)
+        assert torch.get_autocast_dtype("cuda") == torch.bfloat16 and torch.get_autocast_dtype("cpu") == cpu_default
+        with torch.autocast("cuda"):
+            assert model(batch).dtype == torch.bfloat16
+        with torch.autocast("cpu", dtype=torch.float16):
+            assert torch.get_autocast_dtype("cuda") == torch.float16  # one autocast runs both: the CPU's
+        with pytest.raises(TypeError, match="must be torch.dtype"):
+            torch.set_autocast_dtype("cuda", "float16")
+    assert torch.get_autocast_dtype("cpu") == cpu_default and torch.get_autocast_dtype("cuda") == torch.float16
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
 def test_custom_autograd_functions_cast_under_the_targets_autocast(target):
     # On a GPU, custom_fwd(cast_inputs=float16) runs forward in float16 under CUDA autocast; under
     # redirection "cuda" autocast is the target's, so the inputs must be cast there too.

@@ -85,7 +85,8 @@ def redirected(target: "str | None" = None):
 
 @contextlib.contextmanager
 def cpu():
-    """Within the block every device request means the CPU (like the string ``cpu:-1``)."""
+    """Within the block every accelerator request means the CPU (like the string ``cpu:-1``);
+    cpu, meta and lazy requests stay what they are, as without it."""
     if _active is None:
         yield
         return

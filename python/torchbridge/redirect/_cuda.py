@@ -81,8 +81,11 @@ def build(redirector):
     def get_device_properties(device=None):
         info = target.get_device_info(index_of(device))
         major, minor = get_device_capability(device)
+        # A multiprocessor count the target does not report (emu) stays None, as in DeviceInfo: a 0
+        # was a false claim that CUDA code divided by (ZeroDivisionError) or sized worker pools and
+        # grids with (silently none); None fails at the first use that needs a number.
         return types.SimpleNamespace(name=info.name, total_memory=info.total_memory_bytes or 0,
-                                     multi_processor_count=info.multiprocessor_count or 0,
+                                     multi_processor_count=info.multiprocessor_count,
                                      major=major, minor=minor, is_integrated=info.features.unified_memory)
 
     def synchronize(device=None):

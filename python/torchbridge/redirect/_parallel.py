@@ -4,6 +4,8 @@ collectives become copies between the target's devices (torchbridge/_parallel_co
 device indices meaning the target's devices and strings and torch.devices going through the
 redirection policy."""
 
+import types
+
 import torch
 import torch.nn.parallel.comm
 
@@ -15,8 +17,20 @@ def install(patcher, redirector, device_type):
     for name, replacement in collectives.items():
         patcher.replace(torch.nn.parallel.comm, name, replacement)
     patcher.replace(_parallel_comm.DATA_PARALLEL_MODULE, "_check_balance",
-                    _parallel_comm.balance_check(torch.cuda.get_device_properties))
+                    _parallel_comm.balance_check(_unreported_as_zero(torch.cuda.get_device_properties)))
     _install_device_ids(patcher, redirector)
+
+
+def _unreported_as_zero(properties_of):
+    """The redirected properties with an unreported (None) count as 0, which the balance check
+    reads as "no count" and skips: it compares the counts with > 0, which None refuses."""
+
+    def counts(device_id):
+        properties = properties_of(device_id)
+        return types.SimpleNamespace(total_memory=properties.total_memory or 0,
+                                     multi_processor_count=properties.multi_processor_count or 0)
+
+    return counts
 
 
 def _install_device_ids(patcher, redirector):

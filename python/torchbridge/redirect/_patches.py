@@ -269,12 +269,27 @@ def install(redirector, patcher):
     def device_type_of(requested):
         return resolve(requested).type
 
+    # With the CPU as the target, CUDA's autocast dtype is kept apart from the CPU's (float16, not
+    # bfloat16), and a region opened for "cuda" without a dtype starts with it; other targets' autocast
+    # state stands for CUDA's as it is.
+    cuda_dtype_apart = target_type != "cuda" and _autocast_queries.install(patcher, target_type)
+
+    def autocast_dtype_of(requested, dtype):
+        """CUDA's dtype for a region opened for "cuda" without one where it is kept apart (the CPU
+        target: float16, not the CPU's default); else what torch.autocast takes."""
+        names_cuda = isinstance(requested, str) and requested.strip().split(":")[0] == "cuda"
+        if dtype is None and cuda_dtype_apart and names_cuda:
+            return torch.get_autocast_dtype("cuda")
+        return dtype
+
     # The replacements stand in for torch's classes in isinstance checks (StandIn), and torch.cuda.amp's
     # derive from them, as torch's derive from torch.amp's: a torch.cuda.amp.GradScaler() is a
-    # torch.amp.GradScaler, which checkpoint.save_training_state requires.
+    # torch.amp.GradScaler, which checkpoint.save_training_state requires. autocast's __init__ is one
+    # call, as torch.compile traces it: a graph break before torch's __init__ ran, with more code after
+    # it, left dynamo an autocast without attributes (AttributeError: no attribute 'device').
     class autocast(original_autocast, metaclass=StandIn):
-        def __init__(self, device_type="cuda", *args, **kwargs):
-            super().__init__(device_type_of(device_type), *args, **kwargs)
+        def __init__(self, device_type="cuda", dtype=None, *args, **kwargs):
+            super().__init__(device_type_of(device_type), autocast_dtype_of(device_type, dtype), *args, **kwargs)
 
     class GradScaler(original_scaler, metaclass=StandIn):
         def __init__(self, device="cuda", *args, **kwargs):
@@ -322,8 +337,6 @@ def install(redirector, patcher):
     patcher.replace(torch.amp, "GradScaler", GradScaler)
     patcher.replace(torch.cuda.amp, "autocast", cuda_amp_autocast)
     patcher.replace(torch.cuda.amp, "GradScaler", cuda_amp_GradScaler)
-    if target_type != "cuda":
-        _autocast_queries.install(patcher, target_type)
 
     # -- torch.compile ------------------------------------------------------------------------------------
     # Inductor has no code generator for SDK devices, and for other targets it probes torch.cuda,

@@ -54,12 +54,14 @@ class Redirector:
         self.target = target
         self.explicit = explicit
         self._cache = {}
+        self._cpu_cache = {}  # the same under a CPU override
         self._logged_sites = set()
         self._warned_indices = set()
         self.redirected_calls = collections.Counter()  # "requested -> used" -> count
         self._local = threading.local()
         # TorchDevice semantics (the TorchDevice compatibility module turns them on): constructing
         # torch.device("cpu:-1") switches a process-wide CPU override on, and the next one off.
+        # Either override sends accelerator requests to the CPU; cpu, meta and lazy stay.
         self.cpu_override_toggles = False
         self.cpu_override = False
 
@@ -73,7 +75,7 @@ class Redirector:
         semantics it also toggles the process-wide override."""
         if self.cpu_override_toggles:
             self.cpu_override = not self.cpu_override
-            logger.info("%s: 'cpu:-1' turns the CPU override %s: every device request %s", _call_site(),
+            logger.info("%s: 'cpu:-1' turns the CPU override %s: every accelerator request %s", _call_site(),
                         "on" if self.cpu_override else "off",
                         "means the CPU" if self.cpu_override else f"is redirected to '{self.target}' again")
 
@@ -97,7 +99,7 @@ class Redirector:
         else:
             return device
         if self.forced_cpu:
-            return _ORIGINAL_DEVICE("cpu")
+            return self._on_the_cpu(requested)
         cached = self._cache.get(requested)
         if cached is None:
             device_type, index, redirected, wrapped = _C.resolve_device(requested, self.target, self.explicit)
@@ -106,6 +108,17 @@ class Redirector:
         used, redirected, wrapped = cached
         if redirected:
             self._record(requested, used, wrapped)
+        return used
+
+    def _on_the_cpu(self, requested):
+        """Under a CPU override: the policy with the CPU as the named target, so accelerator
+        requests mean the CPU and meta/lazy stay as they are (torch.compile traces on meta tensors;
+        init_empty_weights and device="meta" must not allocate)."""
+        used = self._cpu_cache.get(requested)
+        if used is None:
+            device_type, index, _, _ = _C.resolve_device(requested, "cpu", True)
+            used = _ORIGINAL_DEVICE(device_type) if index is None else _ORIGINAL_DEVICE(device_type, index)
+            self._cpu_cache[requested] = used
         return used
 
     def _record(self, requested, used, wrapped):
