@@ -102,10 +102,9 @@ std::vector<Check> library_checks() {
 // process's single PrivateUse1 slot).
 Check sdk_device_check() {
   const std::vector<std::string> names = sdk::available_devices();
-  std::string detail;
-  for (const auto& name : names) detail += (detail.empty() ? "" : ", ") + name;
-  detail = names.empty() ? std::string("none found (searched TORCHBRIDGE_DEVICE_PATH and next to libtorchbridge)")
-                         : detail + " (check one with --backend NAME)";
+  const std::string detail = names.empty()
+                                 ? "none found (searched TORCHBRIDGE_DEVICE_PATH and next to libtorchbridge)"
+                                 : comma_separated(names) + " (check one with --backend NAME)";
   return {"SDK device libraries", Outcome::kOk, detail, std::nullopt};
 }
 

@@ -128,12 +128,6 @@ nlohmann::json failed_sdk_device_json(const FailedSdkDevice& failed) {
           {"devices", nlohmann::json::array()}};
 }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string text;
-  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
-  return text;
-}
-
 void print_device(const std::string& backend_name, int index, const DeviceReport& report) {
   std::cout << "\n" << backend_name << ":" << index;
   if (!report.error.empty()) {
@@ -198,6 +192,9 @@ int run_info(const std::vector<std::string>& args) {
   }
   const BackendRegistry& registry = BackendRegistry::instance();
   std::vector<BackendEntry> selected;
+  // Listing every backend loads no SDK device (each would take the process's single PrivateUse1
+  // slot): those installed are named, so that a reader knows what --backend can load.
+  const std::vector<std::string> installed_sdk_devices = sdk::available_devices();
   std::optional<FailedSdkDevice> failed_sdk_device;
   const std::string* wanted = parsed.option("--backend");
   if (wanted != nullptr) {
@@ -205,8 +202,10 @@ int run_info(const std::vector<std::string>& args) {
     try {
       backend = registry.lookup(*wanted);  // raises for unknown names, and loads SDK devices
     } catch (const c10::Error& e) {
-      const auto installed = sdk::available_devices();
-      if (std::find(installed.begin(), installed.end(), *wanted) == installed.end()) throw;
+      if (std::find(installed_sdk_devices.begin(), installed_sdk_devices.end(), *wanted) ==
+          installed_sdk_devices.end()) {
+        throw;  // not an installed SDK device: an unknown name, refused as such
+      }
       failed_sdk_device = FailedSdkDevice{*wanted, error_summary(e.what())};
     }
     for (const auto& entry : registry.entries()) {
@@ -215,9 +214,6 @@ int run_info(const std::vector<std::string>& args) {
   } else {
     selected = registry.entries();
   }
-  // Listing every backend loads no SDK device (each would take the process's single PrivateUse1
-  // slot): those installed are named, so that a reader knows what --backend can load.
-  const std::vector<std::string> installed_sdk_devices = sdk::available_devices();
 
   const std::string* config_file = parsed.option("--config");
   // Only the TORCHBRIDGE_HARDWARE_* variables: the others (TORCHBRIDGE_BACKEND, ...) are what
@@ -265,7 +261,7 @@ int run_info(const std::vector<std::string>& args) {
               << column("0", 9) << failed_sdk_device->reason << "\n";
   }
   if (!installed_sdk_devices.empty() && !sdk::registered_device()) {
-    std::cout << "\nSDK devices installed here: " << joined(installed_sdk_devices)
+    std::cout << "\nSDK devices installed here: " << comma_separated(installed_sdk_devices)
               << " (none is loaded; `torchbridge info --backend NAME` loads one)\n";
   }
   for (const auto& entry : selected) {

@@ -26,6 +26,12 @@ std::string column(const std::string& text, size_t width) {
   return text + std::string(width - text.size(), ' ');
 }
 
+std::string comma_separated(const std::vector<std::string>& items) {
+  std::string text;
+  for (const auto& item : items) text += (text.empty() ? "" : ", ") + item;
+  return text;
+}
+
 std::string fixed(double value, int digits) {
   char buffer[32];
   std::snprintf(buffer, sizeof(buffer), "%.*f", digits, value);

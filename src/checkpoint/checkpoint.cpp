@@ -76,11 +76,11 @@ class NewDirectory {
   }
   NewDirectory(const NewDirectory&) = delete;
   NewDirectory& operator=(const NewDirectory&) = delete;
-  void keep() const { kept_ = true; }
+  void keep() { kept_ = true; }
 
  private:
   std::string path_;
-  mutable bool kept_ = false;
+  bool kept_ = false;
 };
 
 std::string shard_name(const std::string& prefix, size_t index, size_t count) {
@@ -279,7 +279,7 @@ std::vector<std::string> save_sharded(const std::string& directory,
   }
   // Created after the checks above and removed again when writing fails, so that a refused or
   // failed save leaves no empty directory behind.
-  const NewDirectory created(directory);
+  NewDirectory created(directory);
   // Every file is written in a staging directory first, so a failure (a tensor safetensors cannot
   // hold, a full disk) leaves the directory as it was: writing shards in place left a mix of new
   // and old shards that the old index called valid.
