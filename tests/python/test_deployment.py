@@ -246,6 +246,38 @@ def test_onnx_result_says_the_batch_is_symbolic_when_dynamic_axes_made_it(tmp_pa
     assert named.dynamic_batch is True and graph_batch_dims(named.path)[0] == "batch"
 
 
+class TwoInputs(torch.nn.Module):
+    def forward(self, a, b):
+        return a.sum() + b.sum(0)
+
+
+def test_onnx_dynamic_axes_go_to_the_input_they_name(tmp_path):
+    # torch's dynamic_axes conversion pairs keys with inputs in the dict's order: {"b": ...} made `a`
+    # dynamic and left `b` fixed, and the check at the sample's shapes could not see it.
+    a, b = torch.randn(3, 5), torch.randn(4, 6)
+    for names in (["a", "b"], None):
+        result = export_to_onnx(TwoInputs(), output_path=tmp_path / "two.onnx", sample_input=(a, b),
+                                input_names=names, dynamic_axes={"b": {0: "n"}})
+        graph = onnx.load(result.path).graph
+        dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in graph.input}
+        assert dims == {"a": [3, 5], "b": ["n", 6]}
+        (got,) = onnxruntime_outputs(result.path, a, torch.randn(7, 6))  # b's first axis really is dynamic
+        assert got.shape == (6,)
+
+
+def test_onnx_dynamic_axes_that_name_nothing_are_refused(tmp_path):
+    model, x = make("mlp")
+    with pytest.raises(ValueError, match=r"dynamic_axes names 'inptu', which is neither one of the inputs \['x'\]"):
+        export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x, dynamic_axes={"inptu": {0: "batch"}})
+    with pytest.raises(ValueError, match=r"names 'y'.*none named: name them with output_names"):
+        export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x, dynamic_axes={"y": {0: "batch"}})
+    with pytest.raises(ValueError, match=r"dynamic_axes\['x'\] names axis 2, but input 'x' has 2 dimension"):
+        export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x, dynamic_axes={"x": [2]})
+    with pytest.raises(TypeError, match=r"dynamic_axes\['x'\] must be a list of axis numbers"):
+        export_to_onnx(model, output_path=tmp_path / "m.onnx", sample_input=x, dynamic_axes={"x": "batch"})
+    assert not any(tmp_path.iterdir()), "a rejected export must not write anything"
+
+
 class Scaled(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -2,6 +2,7 @@
 
 import copy
 import importlib
+import inspect
 
 import torch
 
@@ -34,7 +35,9 @@ def export_to_onnx(model, output_path=None, sample_input=None, opset_version: "i
     appended (a sample of batch size 1 is traced at batch size 2, since torch.export fixes
     dimensions of size 1). ``dynamic_batch=False`` exports the sample's shapes exactly; explicit
     ``dynamic_axes`` take the place of ``dynamic_batch`` (giving both is an error) and are checked
-    at the sample's shapes.
+    at the sample's shapes. Their keys must name inputs (``input_names``, else the forward method's
+    argument names) or outputs (``output_names``): a key naming neither is refused, where torch
+    would ignore it or give its axes to another input.
 
     Exporter: an nn.Module goes through torch's default exporter in torch 2.13, the one built on
     torch.export (``dynamo=True``; needs the ``onnxscript`` package). A ScriptModule goes through
@@ -47,6 +50,7 @@ def export_to_onnx(model, output_path=None, sample_input=None, opset_version: "i
     inputs = _common.check_sample_input(sample_input, "trace the model and check the ONNX file in onnxruntime")
     _check_options(opset_version, input_names, output_names, dynamic_axes, rtol, atol)
     dynamic_batch = _check_dynamic_batch(dynamic_batch, dynamic_axes, inputs)
+    dynamic_axes_by_input = _dynamic_axes_by_input(model, scripted, inputs, input_names, output_names, dynamic_axes)
 
     tensors = [*model.parameters(), *model.buffers(), *inputs]
     if any(t.device.type != "cpu" for t in tensors):
@@ -60,8 +64,13 @@ def export_to_onnx(model, output_path=None, sample_input=None, opset_version: "i
                 model, checks[1], "sample_input grown by one row (every input whose first dimension is the first "
                 "input's taken as batched; export with dynamic_batch=False, or name the axes with dynamic_axes)"))
         rtol, atol = _default_tolerance(expected[0], rtol, atol)
-        options = {"opset_version": opset_version, "input_names": input_names, "output_names": output_names,
-                   "dynamic_axes": dynamic_axes}
+        options = {"opset_version": opset_version, "input_names": input_names, "output_names": output_names}
+        if dynamic_axes is not None and scripted:
+            options["dynamic_axes"] = dynamic_axes
+        elif dynamic_axes is not None:
+            # Given by position: torch's own conversion of dynamic_axes pairs the keys with the
+            # inputs in the dict's order, so {"b": ...} for inputs ("a", "b") made `a` dynamic.
+            options["dynamic_shapes"] = dynamic_axes_by_input
         traced = inputs
         if dynamic_batch:
             # torch.export specializes a dimension of size 1, so a batch of one is traced at two.
@@ -164,6 +173,45 @@ def _check_dynamic_batch(dynamic_batch, dynamic_axes, inputs) -> bool:
                              "tensor; export with dynamic_batch=False")
         return False  # nothing to make dynamic; the result says dynamic_batch=False
     return dynamic_batch is not False
+
+
+def _input_names(model, scripted, count, input_names) -> "list[str]":
+    """The graph's input names: those given, then the forward method's argument names."""
+    if scripted:
+        arguments = [a.name for a in model.forward.schema.arguments[1:]]
+    else:
+        parameters = inspect.signature(model.forward).parameters.values()
+        arguments = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    given = list(input_names or [])
+    return given + [arguments[i] if i < len(arguments) else f"input_{i}" for i in range(len(given), count)]
+
+
+def _dynamic_axes_by_input(model, scripted, inputs, input_names, output_names, dynamic_axes) -> "tuple | None":
+    """Checks ``dynamic_axes`` against the inputs and outputs it can name and returns it as one
+    entry per input, in the inputs' order (None: no dynamic axis), as ``dynamic_shapes`` takes it."""
+    if dynamic_axes is None:
+        return None
+    names_in = _input_names(model, scripted, len(inputs), input_names)
+    names_out = list(output_names or [])
+    for key, axes in dynamic_axes.items():
+        if key not in names_in and key not in names_out:
+            outputs = (f"outputs {names_out}" if names_out else
+                       "outputs (none named: name them with output_names to make an output's axes dynamic)")
+            raise ValueError(f"dynamic_axes names {key!r}, which is neither one of the inputs {names_in} nor one of "
+                             f"the {outputs}")
+        listed = list(axes) if isinstance(axes, (dict, list, tuple)) else None
+        if listed is None or not all(isinstance(a, int) and not isinstance(a, bool) for a in listed):
+            raise TypeError(f"dynamic_axes[{key!r}] must be a list of axis numbers or a dict axis number -> name, "
+                            f"got {axes!r}")
+        if key in names_in:
+            rank = inputs[names_in.index(key)].dim()
+            bad = [a for a in listed if not 0 <= a < rank]
+            if bad:
+                raise ValueError(f"dynamic_axes[{key!r}] names axis {bad[0]}, but input {key!r} has {rank} "
+                                 f"dimension(s) (axes 0..{rank - 1})")
+    by_name = {key: (dict(axes) if isinstance(axes, dict) else dict.fromkeys(axes, torch.export.Dim.DYNAMIC))
+               for key, axes in dynamic_axes.items()}
+    return tuple(by_name.get(name) for name in names_in)
 
 
 def _batched_inputs(inputs) -> "list[int]":
