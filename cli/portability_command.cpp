@@ -328,6 +328,18 @@ nlohmann::json summarize_validation(const validation::ValidationReport& report) 
           {"checkpointing", report.checkpointing}, {"backends", per_backend}, {"failures", failures}};
 }
 
+// The SDK device TORCHBRIDGE_BACKEND names, "" when it names none (unset, "auto", a native
+// backend, or a name detect_best_backend() will refuse with its own message).
+std::string forced_sdk_device() {
+  const char* forced = std::getenv(kBackendEnvVar);
+  if (forced == nullptr || *forced == '\0') return "";
+  try {
+    if (BackendRegistry::instance().device_type_of(forced) == c10::DeviceType::PrivateUse1) return forced;
+  } catch (const c10::Error&) {
+  }
+  return "";
+}
+
 }  // namespace
 
 int run_portability(const std::vector<std::string>& args) {
@@ -372,6 +384,11 @@ int run_portability(const std::vector<std::string>& args) {
     return std::find(found.begin(), found.end(), kSdkDevice) != found.end();
   }();
   if (sdk_device_present) candidates.push_back(kSdkDevice);
+  // A vendor's SDK device named by TORCHBRIDGE_BACKEND is trained on here; with emu beside it, each
+  // needs a process of its own (one PrivateUse1 slot), which the isolation below arranges.
+  if (const std::string target = forced_sdk_device(); !target.empty() && target != kSdkDevice) {
+    candidates.push_back(target);
+  }
   std::vector<std::string> isolated = sdk_devices_needing_own_process(candidates);
   if (parsed.has("--isolate") || !isolated.empty()) {
     const std::string best = detect_best_backend();  // SDK device not loaded: the best native one

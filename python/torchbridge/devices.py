@@ -27,6 +27,8 @@ def load(name: str) -> None:
     single PrivateUse1 slot.
     """
     first_time = _C.registered_device() != name
+    if first_time:
+        _refuse_a_name_torch_has(name)
     _C.load_device(name)  # refuses, saying why, when this process already used CUDA (or another)
     _integrate_with_torch(name)
     if first_time:
@@ -97,9 +99,21 @@ def _torch_own_device_type():
         torch.device = current
 
 
+def _refuse_a_name_torch_has(name) -> None:
+    """A device is ``torch.<name>``: a name torch already has (``linalg``, ``nn``, ``random``) left
+    torch's own there, so the device had no module (no memory statistics, and torch.manual_seed no
+    longer seeded it) while loading seemed to succeed."""
+    existing = getattr(torch, name, None) if isinstance(name, str) else None
+    if existing is not None and not getattr(existing, "_torchbridge_device", False):
+        raise ValueError(f"device name '{name}' is taken: torch.{name} is torch's own "
+                         f"{type(existing).__name__}, and a PrivateUse1 device's module must be torch.{name}; "
+                         "choose another name for the device")
+
+
 def _integrate_with_torch(name: str) -> None:
     if torch._C._get_privateuse1_backend_name() != name:
         torch.utils.rename_privateuse1_backend(name)
+    _refuse_a_name_torch_has(name)  # loaded from C++ (BackendFactory.create) before Python saw it
     if not hasattr(torch, name):
         with _torch_own_device_type():
             torch._register_device_module(name, _device_module(name))
@@ -131,6 +145,7 @@ def _device_module(name: str) -> types.ModuleType:
     """The ``torch.<name>`` module PyTorch expects of a PrivateUse1 device (seeding, RNG state,
     device selection), answered by the C++ core."""
     module = types.ModuleType(f"torch.{name}")
+    module._torchbridge_device = True  # ours, not a torch attribute of the same name
 
     def device_count() -> int:
         return _C.lookup(name).device_count()

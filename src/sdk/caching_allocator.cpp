@@ -188,8 +188,7 @@ class SdkCachingAllocator final : public CachingAllocator {
     bool fenced = true;
     for (const auto& [device, id] : block->stream_uses) {
       const c10::Stream stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
-      tb_event event = nullptr;
-      if (TB_CALL_OR_WARN(event_create, device, 0, &event)) {
+      if (tb_event event = runtime().create_event_or_warn(device, 0)) {
         if (TB_CALL_OR_WARN(event_record, event, native_stream(stream))) {
           pending.events.push_back(event);
           continue;
@@ -353,6 +352,7 @@ class SdkCachingAllocator final : public CachingAllocator {
                        over_fraction ? fraction_text(state, reserved) : "Runtime said: " + runtime().describe(status));
     }
     runtime().check(status, "device_malloc");
+    runtime().check_allocation(ptr, bytes, "device_malloc");
     state.stats.num_device_alloc += 1;
     update(state.stats.segment, small, 1);
     update(state.stats.reserved_bytes, small, static_cast<int64_t>(bytes));

@@ -65,13 +65,7 @@ class SdkGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "event of device ",
                 int(device_index), " cannot be recorded on a stream of device ", int(stream.device_index()));
     if (*event == nullptr) {
-      tb_event created = nullptr;
-      TB_CALL(event_create, stream.device_index(), flag == c10::EventFlag::BACKEND_DEFAULT ? 1 : 0, &created);
-      // NULL is this interface's "never recorded": waits on it would return at once, unordered.
-      TORCH_CHECK(created != nullptr, "device '", runtime().table().name, "': event_create returned a NULL ",
-                  "event handle, which TorchBridge reads as an event never recorded; event handles must be ",
-                  "non-NULL (a runtime that numbers its events can hand out index + 1)");
-      *event = created;
+      *event = runtime().create_event(stream.device_index(), flag == c10::EventFlag::BACKEND_DEFAULT ? 1 : 0);
     }
     TB_CALL(event_record, static_cast<tb_event>(*event), native_stream(stream));
   }

@@ -40,6 +40,7 @@ class SdkHostAllocator final : public HostAllocator {
     if (bytes > 0) {
       const auto start = std::chrono::steady_clock::now();
       TB_CALL(host_malloc, bytes, &pointer);
+      runtime().check_allocation(pointer, bytes, "host_malloc");
       stats_.host_alloc_time.increase(microseconds_since(start));
       blocks_[static_cast<char*>(pointer)] = HostBlock{bytes, false, {}, kFirstPrune};
       count_allocation(bytes);
@@ -121,8 +122,7 @@ class SdkHostAllocator final : public HostAllocator {
       });
       block.prune_at = std::max(kFirstPrune, 2 * block.uses.size());
     }
-    tb_event event = nullptr;
-    TB_CALL(event_create, stream.device_index(), 0, &event);
+    const tb_event event = runtime().create_event(stream.device_index(), 0);
     TB_CALL(event_record, event, native_stream(stream));
     block.uses.push_back(event);
     return true;

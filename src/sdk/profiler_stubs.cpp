@@ -33,8 +33,7 @@ class SdkProfilerStubs final : public torch::profiler::impl::ProfilerStubs {
   void record(c10::DeviceIndex* device, ProfilerVoidEventStub* event, int64_t* cpu_ns) const override {
     const int32_t index = current_device();
     if (device != nullptr) *device = static_cast<c10::DeviceIndex>(index);
-    tb_event created = nullptr;
-    TB_CALL(event_create, index, /*enable_timing=*/1, &created);
+    const tb_event created = runtime().create_event(index, /*enable_timing=*/1);
     // The profiler keeps these events in its result until it is destroyed: destroyed there, as
     // the allocator's are (a failure warns; never in a forked child, whose runtime is gone).
     *event = std::shared_ptr<void>(created, [](void* stale) {

@@ -77,19 +77,21 @@ const std::pair<const char*, size_t> kRequiredEntries[] = {
 #undef TB_ENTRY
 
 // A device name becomes a file name (libtorchbridge_device_NAME.so) and torch's PrivateUse1
-// backend name, so it must be a lower-case identifier: [a-z][a-z0-9_]*. Checked by a loop, not a
+// backend name, so it must be lower-case letters and underscores: [a-z][a-z_]*. No digits: torch's
+// device-string parser reads letters and '_' only, so "acme2:0" was an invalid device string after
+// "acme2" had taken the PrivateUse1 slot. Checked by a loop, not a
 // std::regex: the regex that stood here ran before most of the Python-only crashes of the first
 // H100 run (docs/device-sdk.md, "The Python-only crash of the GPU runs").
 bool is_device_name(const std::string& name) {
   const auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
-  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
   return !name.empty() && lower(name.front()) &&
-         std::all_of(name.begin(), name.end(), [&](char c) { return lower(c) || digit(c) || c == '_'; });
+         std::all_of(name.begin(), name.end(), [&](char c) { return lower(c) || c == '_'; });
 }
 
 void validate_name(const std::string& name) {
   TORCH_CHECK_VALUE(is_device_name(name), "invalid device name '", name,
-                    "': expected a lower-case identifier such as 'emu'");
+                    "': expected lower-case letters and underscores, such as 'emu' or 'my_chip' (torch's device "
+                    "strings take no digits)");
   // A name torch already gives a device type ("meta", "hpu") half-registered: torch refused its
   // module, but the backend was renamed, and torch.empty(device="meta") allocated on the runtime.
   for (int8_t type = 0; type < static_cast<int8_t>(c10::DeviceType::COMPILE_TIME_MAX_DEVICE_TYPES); ++type) {

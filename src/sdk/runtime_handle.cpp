@@ -1,5 +1,7 @@
 #include "sdk/runtime_handle.h"
 
+#include "sdk/runtime_text.h"
+
 #include <pthread.h>
 
 #include <atomic>
@@ -8,6 +10,12 @@
 
 namespace torchbridge::sdk {
 namespace {
+// NULL is this interface's "never recorded": waits on it would return at once, unordered, and the
+// caching allocator would reuse memory a stream still uses.
+constexpr const char* kNullEventRefusal =
+    "event_create returned a NULL event handle, which TorchBridge reads as an event never recorded; event handles "
+    "must be non-NULL (a runtime that numbers its events can hand out index + 1)";
+
 std::unique_ptr<RuntimeHandle> registered;
 std::unique_ptr<std::string> registered_name;
 std::atomic<bool> forked_child{false};
@@ -22,9 +30,12 @@ bool in_bad_fork() { return forked_child; }
 const std::string& RuntimeHandle::name() const { return *registered_name; }
 
 std::string RuntimeHandle::describe(tb_status status) const {
-  std::string text = table_->status_string(table_->context, status);
-  const char* detail = table_->last_error_message(table_->context);
-  if (detail != nullptr && *detail != '\0') text += ": " + std::string(detail);
+  // status_string is documented never NULL; one that is must not turn the runtime's error into
+  // std::logic_error (which aborted the process where a deleter warns).
+  const char* name = table_->status_string(table_->context, status);
+  std::string text = name != nullptr ? runtime_message(name) : "status " + std::to_string(static_cast<int>(status));
+  const std::string detail = runtime_message(table_->last_error_message(table_->context));
+  if (!detail.empty()) text += ": " + detail;
   return text;
 }
 
@@ -40,6 +51,27 @@ bool RuntimeHandle::warn_unless_success(tb_status status, const char* call) cons
   if (status == TB_SUCCESS) return true;
   TORCH_WARN("device '", *registered_name, "': runtime call ", call, " failed: ", describe(status));
   return false;
+}
+
+void RuntimeHandle::check_allocation(const void* pointer, size_t bytes, const char* call) const {
+  TORCH_CHECK(pointer != nullptr || bytes == 0, "device '", *registered_name, "': ", call, " returned success but a ",
+              "NULL pointer for ", bytes, " bytes; a runtime hands out memory or returns TB_ERROR_OUT_OF_MEMORY");
+}
+
+tb_event RuntimeHandle::create_event(int32_t device, int32_t enable_timing) const {
+  tb_event event = nullptr;
+  check(table_->event_create(table_->context, device, enable_timing, &event), "event_create");
+  TORCH_CHECK(event != nullptr, "device '", *registered_name, "': ", kNullEventRefusal);
+  return event;
+}
+
+tb_event RuntimeHandle::create_event_or_warn(int32_t device, int32_t enable_timing) const {
+  tb_event event = nullptr;
+  if (!warn_unless_success(table_->event_create(table_->context, device, enable_timing, &event), "event_create")) {
+    return nullptr;
+  }
+  if (event == nullptr) TORCH_WARN("device '", *registered_name, "': ", kNullEventRefusal);
+  return event;
 }
 
 bool RuntimeHandle::event_completed(tb_event event) const {
@@ -58,6 +90,10 @@ int RuntimeHandle::device_count() const {
 tb_device_properties RuntimeHandle::properties(int device) const {
   tb_device_properties props{};
   check(table_->device_properties(table_->context, device, &props), "device_properties");
+  make_field_text(props.name, sizeof(props.name));
+  make_field_text(props.vendor, sizeof(props.vendor));
+  make_field_text(props.architecture, sizeof(props.architecture));
+  make_field_text(props.driver_version, sizeof(props.driver_version));
   return props;
 }
 

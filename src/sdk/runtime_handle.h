@@ -7,6 +7,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -28,6 +30,13 @@ class RuntimeHandle {
   // becomes a warning naming the call and the runtime's message, as c10's CUDA allocator does
   // for a failed free there. Returns whether the call succeeded.
   bool warn_unless_success(tb_status status, const char* call) const;
+  // Raises unless `pointer` (what `call` handed out for `bytes` bytes, after it returned success)
+  // is memory: a NULL for a non-empty allocation became a tensor whose first write crashed.
+  void check_allocation(const void* pointer, size_t bytes, const char* call) const;
+  // event_create, checked: a failure or a NULL handle raises.
+  tb_event create_event(int32_t device, int32_t enable_timing) const;
+  // The same for paths that must not raise: a failure or a NULL handle warns and gives NULL.
+  tb_event create_event_or_warn(int32_t device, int32_t enable_timing) const;
   // Whether `event` has completed. A failed query is neither yes nor no: it raises.
   bool event_completed(tb_event event) const;
 
@@ -38,6 +47,7 @@ class RuntimeHandle {
   }
 
   int device_count() const;
+  // The device's properties, their strings NUL-terminated within their fields and valid UTF-8.
   tb_device_properties properties(int device) const;
 
  private:

@@ -4,6 +4,8 @@
 //
 // The process registers emu through a table whose entries can be told to fail, so this is its own
 // executable: a process holds one SDK device.
+#include <torchbridge/backend.h>
+#include <torchbridge/registry.h>
 #include <torchbridge/sdk/device.h>
 #include <torchbridge/sdk/exception_barrier.h>
 #include <torchbridge/sdk/runtime.h>
@@ -20,6 +22,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <stdexcept>
@@ -39,6 +42,11 @@ std::atomic<bool> fail_event_create{false};
 std::atomic<bool> fail_event_query{false};
 std::atomic<bool> fail_stream_synchronize{false};
 std::atomic<bool> null_event_create{false};  // succeeds, handing out a NULL handle
+std::atomic<bool> null_device_malloc{false};  // succeeds, handing out NULL memory
+std::atomic<bool> null_host_malloc{false};
+std::atomic<bool> null_status_string{false};  // breaks its "never NULL" promise
+std::atomic<bool> latin1_error_message{false};  // a driver message in its locale's encoding
+std::atomic<bool> unterminated_properties{false};  // strings that fill their fields, no NUL
 
 tb_status host_free(void* context, void* pointer) {
   return fail_host_free ? TB_ERROR_DEVICE_FAILURE : emu_table->host_free(context, pointer);
@@ -57,7 +65,37 @@ tb_status stream_synchronize(void* context, tb_stream stream) {
   return fail_stream_synchronize ? TB_ERROR_DEVICE_FAILURE : emu_table->stream_synchronize(context, stream);
 }
 
-// emu, with the four entries above in front of its own.
+tb_status device_malloc(void* context, int32_t device, size_t bytes, void** pointer) {
+  if (null_device_malloc) {
+    *pointer = nullptr;
+    return TB_SUCCESS;
+  }
+  return emu_table->device_malloc(context, device, bytes, pointer);
+}
+tb_status host_malloc(void* context, size_t bytes, void** pointer) {
+  if (null_host_malloc) {
+    *pointer = nullptr;
+    return TB_SUCCESS;
+  }
+  return emu_table->host_malloc(context, bytes, pointer);
+}
+const char* status_string(void* context, tb_status status) {
+  return null_status_string ? nullptr : emu_table->status_string(context, status);
+}
+const char* last_error_message(void* context) {
+  return latin1_error_message ? "pilote: \xE9" "chec \xFF" : emu_table->last_error_message(context);
+}
+tb_status device_properties(void* context, int32_t device, tb_device_properties* properties) {
+  const tb_status status = emu_table->device_properties(context, device, properties);
+  if (unterminated_properties) {
+    std::memset(properties->name, 'N', sizeof(properties->name));
+    std::memset(properties->vendor, 'V', sizeof(properties->vendor));
+    std::memcpy(properties->architecture, "arch \xE9\xFF", 8);  // Latin-1 bytes, not UTF-8
+  }
+  return status;
+}
+
+// emu, with the entries above in front of its own.
 c10::Device failing_emu() {
   static const c10::Device device = [] {
     void* library = dlopen(TORCHBRIDGE_EMU_LIBRARY_PATH, RTLD_NOW | RTLD_LOCAL);
@@ -70,6 +108,11 @@ c10::Device failing_emu() {
     wrapped.event_create = &event_create;
     wrapped.event_query = &event_query;
     wrapped.stream_synchronize = &stream_synchronize;
+    wrapped.device_malloc = &device_malloc;
+    wrapped.host_malloc = &host_malloc;
+    wrapped.status_string = &status_string;
+    wrapped.last_error_message = &last_error_message;
+    wrapped.device_properties = &device_properties;
     register_runtime(&wrapped);
     return c10::Device(c10::DeviceType::PrivateUse1, 0);
   }();
@@ -149,6 +192,71 @@ TEST(SdkStatus, ANullEventHandleIsRefusedNotTakenForAnEventNeverRecorded) {
   });
   null_event_create = false;
   EXPECT_NE(message.find("event_create returned a NULL event handle"), std::string::npos) << message;
+}
+
+// The same NULL on the paths other than torch.Event: a pinned non-blocking copy and the profiler
+// passed it to event_record (a segfault in a vendor's runtime), and the caching allocator kept it
+// as a fence that never holds, handing out memory a stream still used.
+TEST(SdkStatus, ANullEventHandleIsRefusedOnEveryPath) {
+  const c10::Device device = failing_emu();
+  const at::Tensor pinned = at::ones({1024}).pin_memory(device);
+  null_event_create = true;
+  const std::string copy = error_of([&] { (void)pinned.to(device, /*non_blocking=*/true); });
+  EXPECT_NE(copy.find("event_create returned a NULL event handle"), std::string::npos) << copy;
+  at::Tensor t = used_on_another_stream(device);
+  const Warnings warnings;
+  t.reset();  // no event: the free waits for the other stream instead
+  null_event_create = false;
+  EXPECT_TRUE(warnings.any_contains("event_create returned a NULL event handle")) << warnings.joined();
+  EXPECT_NO_THROW(at::empty({1 << 18}, at::TensorOptions().device(device)).fill_(1.0));
+}
+
+// Success with a NULL pointer became a tensor whose first write killed the process.
+TEST(SdkStatus, MemoryHandedOutAsNullIsRefusedNamingTheEntry) {
+  const c10::Device device = failing_emu();
+  null_device_malloc = true;
+  const std::string device_memory = error_of([&] { at::empty({1 << 22}, at::TensorOptions().device(device)); });
+  null_device_malloc = false;
+  EXPECT_NE(device_memory.find("device_malloc returned success but a NULL pointer"), std::string::npos)
+      << device_memory;
+  null_host_malloc = true;
+  const std::string host_memory = error_of([&] { at::ones({4099}).pin_memory(device); });
+  null_host_malloc = false;
+  EXPECT_NE(host_memory.find("host_malloc returned success but a NULL pointer for 16396 bytes"), std::string::npos)
+      << host_memory;
+}
+
+// A NULL status_string lost the runtime's message to std::logic_error, and aborted the process
+// where a deleter warns; bytes that are not UTF-8 cost Python the whole message.
+TEST(SdkStatus, TheRuntimesMessageSurvivesANullStatusStringAndNonUtf8Bytes) {
+  const c10::Device device = failing_emu();
+  at::Tensor t = used_on_another_stream(device);
+  t.reset();  // the next allocation asks whether the freed block's event has completed
+  null_status_string = true;
+  latin1_error_message = true;
+  fail_event_query = true;
+  const std::string message = error_of([&] { at::empty({16}, at::TensorOptions().device(device)); });
+  fail_event_query = false;
+  at::Tensor pinned = at::ones({64}).pin_memory(device);
+  const Warnings warnings;
+  fail_host_free = true;
+  pinned.reset();  // a warning in a deleter: was std::terminate
+  fail_host_free = false;
+  null_status_string = false;
+  latin1_error_message = false;
+  EXPECT_NE(message.find("event_query failed: status 8: pilote: \\xE9chec \\xFF"), std::string::npos) << message;
+  EXPECT_TRUE(warnings.any_contains("runtime call host_free failed: status 8")) << warnings.joined();
+}
+
+// Strings filling their fields were read on into the next field (a 448-character name), and
+// Latin-1 bytes broke Python's get_device_name and `info --json`.
+TEST(SdkStatus, PropertyStringsStayInTheirFieldsAndAreUtf8) {
+  failing_emu();
+  unterminated_properties = true;
+  const DeviceInfo info = create_backend("emu")->info(0);
+  unterminated_properties = false;
+  EXPECT_EQ(info.name, std::string(255, 'N'));
+  EXPECT_EQ(info.architecture, "arch ??");
 }
 
 // A name torch gives a device type half-registered ("meta": torch.empty(device="meta") then

@@ -61,6 +61,7 @@ typedef struct tb_stream_s* tb_stream; /* opaque, owned by the runtime */
  * numbers its events can hand out index + 1. */
 typedef struct tb_event_s* tb_event;
 
+/* Strings: UTF-8, NUL-terminated within their fields (a string filling its field is cut by a byte). */
 typedef struct tb_device_properties {
   char name[256];
   char vendor[64];
@@ -91,6 +92,7 @@ typedef struct tb_runtime {
   tb_status (*device_synchronize)(void* context, int32_t device); /* waits for all its streams */
 
   /* Memory */
+  /* Success hands out a non-NULL pointer (NULL for a non-empty allocation is refused). */
   tb_status (*device_malloc)(void* context, int32_t device, size_t bytes, void** pointer);
   tb_status (*device_free)(void* context, int32_t device, void* pointer);
   tb_status (*host_malloc)(void* context, size_t bytes, void** pointer); /* pinned host memory */
