@@ -8,7 +8,8 @@ their TensorImpl address and are only changed in place there (``python/src/amp_b
 explains why). This module checks argument types, lists an optimizer's gradients and calls its
 ``step``; ``scale`` multiplies here because its result must carry autograd history into Python.
 
-Differences from torch, all in argument checking: a non-positive or non-finite scale,
+Differences from torch, all in argument checking: a non-positive or non-finite scale (given
+to ``update`` as a float or as a one-element tensor, whose value is then read on the host),
 ``growth_interval <= 0`` and ``backoff_factor <= 0`` (which torch accepts) raise ``ValueError``
 naming the value and the valid range, as do ``growth_factor <= 1`` and ``backoff_factor >= 1``
 (torch: ``AssertionError``), also through the setters and ``load_state_dict``; wrong types raise
@@ -16,6 +17,7 @@ naming the value and the valid range, as do ``growth_factor <= 1`` and ``backoff
 their own step (``fused=True``) are refused with ``NotImplementedError``.
 """
 
+import math
 import warnings
 
 import torch
@@ -71,6 +73,22 @@ def _require_device_type(device) -> None:
                          "once torchbridge.devices.load names it)") from None
     if parsed.index is not None:  # torch's scaler compares the type string with tensors' device types
         raise ValueError(f"GradScaler: device {device!r} names a device; give its type, {parsed.type!r}")
+
+
+def _check_new_scale_value(new_scale: torch.Tensor) -> None:
+    """A one-element tensor given to update() holds what a float given to it may hold: a scale of
+    0, below 0, inf or NaN was copied in, and with 0 the next steps were taken with gradients
+    0 * inf = NaN that escaped the inf check, so the weights became NaN. Reading the value waits
+    for the tensor's device, once per update(new_scale), which is called at most once per step."""
+    if new_scale.is_complex() or new_scale.dtype == torch.bool:
+        raise TypeError(f"GradScaler.update: new_scale must be a real number, got a {new_scale.dtype} tensor")
+    given = new_scale.item()
+    stored = new_scale.detach().to(torch.float32).item()  # the value the float32 scale receives
+    if not (math.isfinite(stored) and stored > 0):
+        given_is_valid = math.isfinite(given) and given > 0  # then it is the cast to float32 that broke it
+        in_float32 = f", which is {stored} in the float32 scale" if given_is_valid else ""
+        raise ValueError(f"GradScaler: new_scale must be a finite number > 0, got {given} "
+                         f"(a {new_scale.dtype} tensor{in_float32})")
 
 
 def _copy_may_be_asynchronous(device: torch.device) -> bool:
@@ -170,7 +188,8 @@ class GradScaler:
 
     def update(self, new_scale: "float | torch.Tensor | None" = None) -> None:
         """Backs the scale off after a skipped step, grows it after ``growth_interval`` clean steps,
-        or sets it to ``new_scale`` (a float or a one-element tensor)."""
+        or sets it to ``new_scale`` (a float or a one-element tensor; a tensor's value is read to
+        check it, which waits for its device)."""
         if not self._enabled:
             return
         if new_scale is None:
@@ -178,18 +197,25 @@ class GradScaler:
         elif isinstance(new_scale, float):
             self._core.update_to_float(new_scale)
         elif isinstance(new_scale, torch.Tensor):
-            # The scale is copied in place, so new_scale must be on the scale's device type: where the
-            # scale is, not the type given to the constructor, which differs under redirection
-            # ("cuda" tensors live on the target) and when scale() met tensors of another type.
-            if self._scale is not None and new_scale.device.type != self._scale.device.type:
-                raise AssertionError("new_scale should be a float or a 1-element torch.cuda.FloatTensor or "
-                                     "torch.FloatTensor with requires_grad=False; it is on a "
-                                     f"'{new_scale.device.type}' device, the scale on a "
-                                     f"'{self._scale.device.type}' device.")
+            if self._scale is not None:  # else the C++ update raises torch's "_scale is None" error
+                self._check_new_scale_tensor(new_scale)
             self._core.update_to_tensor(new_scale._cdata)
         else:
             raise TypeError(f"GradScaler.update: new_scale must be a float or a 1-element tensor, got {new_scale!r} "
                             f"({type(new_scale).__name__})")
+
+    def _check_new_scale_tensor(self, new_scale: torch.Tensor) -> None:
+        # The scale is copied in place, so new_scale must be on the scale's device type: where the
+        # scale is, not the type given to the constructor, which differs under redirection
+        # ("cuda" tensors live on the target) and when scale() met tensors of another type.
+        if new_scale.device.type != self._scale.device.type:
+            raise AssertionError("new_scale should be a float or a 1-element torch.cuda.FloatTensor or "
+                                 "torch.FloatTensor with requires_grad=False; it is on a "
+                                 f"'{new_scale.device.type}' device, the scale on a "
+                                 f"'{self._scale.device.type}' device.")
+        if new_scale.numel() != 1 or new_scale.requires_grad:
+            return  # the C++ update raises torch's AssertionError for these, as torch's own checks come first
+        _check_new_scale_value(new_scale)
 
     def get_scale(self) -> float:
         return self._core.get_scale()

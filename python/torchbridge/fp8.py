@@ -116,7 +116,10 @@ def _warn_if_recomputed_without_record(layer) -> None:
 
 def _fp8_linear(input, weight, bias, layer, out_dtype, kernel):
     _warn_if_recomputed_without_record(layer)
-    return _Fp8LinearFunction.apply(input, weight, bias, layer, out_dtype, kernel)
+    # Resolved here, inside the region torch.compile leaves alone: dynamo cannot trace the pybind
+    # function and said so with a warning asking to "file an issue on GitHub" (once per process).
+    resolved_kernel = matmul_kernel(input.device, kernel)
+    return _Fp8LinearFunction.apply(input, weight, bias, layer, out_dtype, resolved_kernel)
 
 
 # torch.compile must not trace into the layer: the C++ kernels take TensorImpl addresses, which
@@ -149,13 +152,29 @@ def _check_kernel_type(kernel) -> None:
         raise TypeError(f"fp8 kernel must be a str ('auto', 'scaled_mm' or 'emulated'), got {kernel!r}")
 
 
+_SCALED_OPERANDS = ("input", "weight", "grad_output")
+_SCALING_STATE_BUFFERS = tuple(f"{operand}_{kind}" for operand in _SCALED_OPERANDS
+                               for kind in ("amax_history", "scale"))
+
+
+def _shapes_only_linear(input, weight, bias):
+    """What Fp8Linear gives on the meta device (shape inference, init_empty_weights): a tensor of
+    the output's shape and dtype, with autograd history to the parameters, and no FP8 state
+    touched (there are no values to scale). Autocast has no meta device type, so the output has
+    the input's dtype, as outside autocast; the parameters are cast to it because the layer takes
+    any mix of input and parameter dtypes, which F.linear does not."""
+    return nn.functional.linear(input, weight.to(input.dtype), None if bias is None else bias.to(input.dtype))
+
+
 class Fp8Linear(nn.Module):
     """``nn.Linear`` computed in FP8: y = x W^T + b with x and W quantized e4m3, the output
     gradient e5m2, each with its own delayed scaling (the largest amax over the last
     ``amax_history_length`` steps, divided by 2^margin). Parameters keep their dtype (float32
     master weights); the output has the input's dtype, or the autocast dtype inside
-    ``torch.autocast``. The scaling state is in buffers, so it moves with ``.to()`` and is part
-    of ``state_dict()``.
+    ``torch.autocast``. The scaling state is in float32 buffers, part of ``state_dict()``: it
+    moves to the device of ``.to()``, ``.cuda()`` and the like, but keeps float32 through any
+    dtype cast (``.half()``, ``.to(torch.bfloat16)``), as a scale such as 448 / amax overflows
+    float16. On the meta device the layer computes only the output's shape and dtype.
 
     ``kernel``: ``"auto"`` (``torch._scaled_mm`` where the device has FP8 matrix units, the
     emulation elsewhere), ``"scaled_mm"`` or ``"emulated"``.
@@ -196,10 +215,22 @@ class Fp8Linear(nn.Module):
 
     def _register_scaling_buffers(self, device) -> None:
         _make_fp8_linear_outside_compile()  # every constructor passes here
-        for operand in ("input", "weight", "grad_output"):
+        for operand in _SCALED_OPERANDS:
             self.register_buffer(f"{operand}_amax_history",
                                  torch.zeros(self.amax_history_length, dtype=torch.float32, device=device))
             self.register_buffer(f"{operand}_scale", torch.ones((), dtype=torch.float32, device=device))
+
+    def _apply(self, fn, recurse=True):
+        """``nn.Module._apply`` (under ``.to()``, ``.half()``, ``.cuda()``, ``to_empty()``...), but
+        the scaling state keeps float32: cast to float16, a scale above 65504 became inf, its
+        inverse 0, and the layer output zeros and zero weight gradients without an error."""
+        state_before = {name: self._buffers[name] for name in _SCALING_STATE_BUFFERS}
+        super()._apply(fn, recurse)
+        for name, before in state_before.items():
+            after = self._buffers[name]
+            if after.dtype != torch.float32:  # a dtype cast: redo only its device move, from the float32 values
+                self._buffers[name] = before.to(device=after.device)
+        return self
 
     def __setstate__(self, state) -> None:  # unpickled or copied: made by no constructor
         _make_fp8_linear_outside_compile()
@@ -211,6 +242,16 @@ class Fp8Linear(nn.Module):
         if self.bias is not None:
             bound = 1 / math.sqrt(self.in_features)
             nn.init.uniform_(self.bias, -bound, bound)
+        self._reset_scaling_state()
+
+    def _reset_scaling_state(self) -> None:
+        # A layer built on the meta device and materialised with to_empty() (torch's deferred
+        # initialisation, which then calls reset_parameters) had uninitialised memory as its amax
+        # history; new weights make the old amaxes meaningless anyway.
+        with torch.no_grad():
+            for operand in _SCALED_OPERANDS:
+                getattr(self, f"{operand}_amax_history").zero_()
+                getattr(self, f"{operand}_scale").fill_(1.0)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if input.dim() < 1 or input.shape[-1] != self.in_features:
@@ -220,9 +261,10 @@ class Fp8Linear(nn.Module):
             raise ValueError(f"Fp8Linear: the input is on {input.device} but the layer is on {self.weight.device}; "
                              "move one of them")
         device_type = input.device.type
+        if device_type == "meta":  # torch.is_autocast_enabled raises "unknown device type for autocast" for it
+            return _shapes_only_linear(input, self.weight, self.bias)
         out_dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else input.dtype
-        return _fp8_linear_outside_compile(input, self.weight, self.bias, self, out_dtype,
-                                           matmul_kernel(input.device, self.kernel))
+        return _fp8_linear_outside_compile(input, self.weight, self.bias, self, out_dtype, self.kernel)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
@@ -233,16 +275,20 @@ class Fp8Linear(nn.Module):
 class Fp8ConversionReport:
     """What ``convert_to_fp8`` did: ``converted`` holds (name, in_features, out_features),
     ``skipped`` holds (name, reason), ``aliases`` holds (name, converted name) for each further
-    name a converted layer is registered under, which now holds the same ``Fp8Linear``."""
+    name a converted layer is registered under, which now holds the same ``Fp8Linear``;
+    ``notes`` holds (name, note) for converted layers that do not always run, such as those
+    torch's inference fast path of ``nn.TransformerEncoderLayer`` bypasses."""
 
     converted: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
     aliases: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
 
     def summary(self) -> str:
         lines = [f"fp8 conversion: {len(self.converted)} Linear layer(s) converted, {len(self.skipped)} skipped"]
         lines += [f"  converted {name} ({fan_in} -> {fan_out})" for name, fan_in, fan_out in self.converted]
         lines += [f"  {name} is {first}, converted with it" for name, first in self.aliases]
+        lines += [f"  note on {name}: {note}" for name, note in self.notes]
         # The model itself has the empty name, as in named_modules().
         lines += [f"  skipped {name or '(the model)'}: {reason}" for name, reason in self.skipped]
         return "\n".join(lines)
@@ -257,6 +303,19 @@ def _skip_reason(parent: nn.Module, child: nn.Linear) -> Optional[str]:
     if child.in_features % 16 or child.out_features % 16:
         return (f"in_features {child.in_features} and out_features {child.out_features} must both be "
                 "multiples of 16 for the FP8 matmul")
+    return None
+
+
+def _inference_bypass_note(parent: nn.Module, child: nn.Linear) -> Optional[str]:
+    """Why a converted layer may not run, or None. nn.TransformerEncoderLayer's fast path (eval
+    mode with autograd off, and its other conditions) reads linear1's and linear2's weights
+    directly, like nn.MultiheadAttention's out_proj (see _skip_reason), but training calls them,
+    so they are converted; the report says so, as it said "converted" while inference ran float32."""
+    if isinstance(parent, nn.TransformerEncoderLayer) and (child is parent.linear1 or child is parent.linear2):
+        return ("torch's inference fast path for nn.TransformerEncoderLayer (eval mode with autograd not recording, "
+                "as under torch.no_grad) reads this layer's weight directly and never calls it, so inference there "
+                "computes in the weight's dtype, not FP8; training runs it in FP8, and so does inference after "
+                "torch.backends.mha.set_fastpath_enabled(False)")
     return None
 
 
@@ -292,6 +351,9 @@ def convert_to_fp8(model: nn.Module, *, amax_history_length: int = 16, margin: i
             report.skipped.append((name, reason))
             return None
         report.converted.append((name, child.in_features, child.out_features))
+        note = _inference_bypass_note(parent, child)
+        if note is not None:
+            report.notes.append((name, note))
         return Fp8Linear.from_linear(child, amax_history_length=amax_history_length, margin=margin, kernel=kernel)
 
     report.aliases.extend(replace_layers(model, replacement_for))

@@ -352,6 +352,58 @@ def test_update_takes_a_new_scale_on_the_scales_device_type_also_under_redirecti
         assert scaler.get_scale() == 8.0
 
 
+BAD_SCALE_TENSORS = [
+    (lambda device: torch.tensor(0.0, device=device), r"got 0\.0 \(a torch\.float32 tensor\)"),
+    (lambda device: torch.tensor([-1.0], device=device), r"got -1\.0 \(a torch\.float32 tensor\)"),
+    (lambda device: torch.tensor(math.inf, device=device), r"got inf \(a torch\.float32 tensor\)"),
+    (lambda device: torch.tensor(math.nan, device=device), r"got nan \(a torch\.float32 tensor\)"),
+    # Finite as float64, but the float32 scale receives inf.
+    (lambda device: torch.tensor(1e39, dtype=torch.float64, device=device),
+     r"got 1e\+39 \(a torch\.float64 tensor, which is inf in the float32 scale\)"),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_update_refuses_a_bad_new_scale_tensor_as_it_refuses_the_float(device):
+    # update(0.0) was refused, update(torch.tensor(0.0)) taken: the next steps ran with gradients
+    # 0 * (1/0) = NaN, which escaped the inf check, and the weights became NaN. Reference: torch's
+    # scaler given only the valid updates; ours, after refusing the bad ones, must train as it does.
+    torch.manual_seed(0)
+    ours_param = torch.randn(4, device=device, requires_grad=True)
+    theirs_param = ours_param.detach().clone().requires_grad_()
+    ours, theirs = our_scaler(device), torch_scaler(device)
+    ours_optimizer = torch.optim.SGD([ours_param], lr=0.1)
+    theirs_optimizer = torch.optim.SGD([theirs_param], lr=0.1)
+
+    def step(scaler, param, optimizer, new_scale=None):
+        optimizer.zero_grad()
+        scaler.scale((param * 3).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update(new_scale)
+
+    for index in range(4):
+        if index == 1:  # before the update that takes the valid new scale, each bad one is refused
+            for make, message in BAD_SCALE_TENSORS:
+                with pytest.raises(ValueError, match="GradScaler: new_scale must be a finite number > 0, " + message):
+                    ours.update(make(device))
+                assert ours.get_scale() == theirs.get_scale() == INIT_SCALE
+        new_scale = torch.tensor(8.0, device=device) if index == 1 else None
+        step(ours, ours_param, ours_optimizer, new_scale)
+        step(theirs, theirs_param, theirs_optimizer, new_scale)
+        assert ours.get_scale() == theirs.get_scale()
+        assert torch.equal(ours_param, theirs_param), index
+    assert torch.isfinite(ours_param).all()
+    # The same values as floats are refused as before; a float64 or float16 tensor in range is taken as torch takes it.
+    with pytest.raises(ValueError, match="new_scale must be a finite number > 0, got 0"):
+        ours.update(0.0)
+    for value in (torch.tensor(512.0, dtype=torch.float64), torch.tensor(4.0, dtype=torch.float16)):
+        ours.update(value.to(device))
+        theirs.update(value.to(device))
+        assert ours.get_scale() == theirs.get_scale() == value.item()
+    with pytest.raises(TypeError, match="new_scale must be a real number, got a torch.bool tensor"):
+        ours.update(torch.tensor(True, device=device))
+
+
 def test_disabled_and_cuda_without_cuda_behave_as_torch():
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here: the default device 'cuda' stays enabled")

@@ -2,9 +2,11 @@
 written out here with plain torch ops, torch's own CPU _scaled_mm kernel for the emulated matmul,
 nn.Linear, and BF16 training of the built-in transformer (bench/fp8_accuracy.py)."""
 
+import copy
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -234,6 +236,10 @@ def test_fp8_training_of_the_builtin_transformer_stays_close_to_bf16():
     assert result["converted_layers"] == 6
     assert result["fp8_final_loss"] < 0.1 * result["initial_loss"]  # it learned
     assert result["relative_gap"] <= result["tolerance"] == 0.15
+    # The reference row of docs/fp8.md's table: bf16 within 1% of float32 (0.06% here).
+    assert result["seed"] == 0 and abs(result["bf16_vs_float32"]) < 0.01
+    assert result["fp8_vs_bf16"] == pytest.approx((result["fp8_final_loss"] - result["bf16_final_loss"])
+                                                  / result["bf16_final_loss"])
 
 
 def test_a_compiled_model_runs_its_fp8_layers_eagerly_with_the_same_numbers():
@@ -458,3 +464,150 @@ def test_the_int8_step_puts_one_quantized_layer_at_every_name_of_a_linear():
     assert replaced == ["fc", "first.0"] and skipped == []
     assert isinstance(model.alias, Int8WeightOnlyLinear) and model.alias is model.fc
     assert isinstance(model.second[0], Int8WeightOnlyLinear) and model.second[0] is model.first[0]
+
+
+def _state_dtypes(model):
+    return {name: buffer.dtype for name, buffer in model.named_buffers() if "amax_history" in name or "scale" in name}
+
+
+def _step(model, x):
+    model.zero_grad()
+    y = model(x)
+    y.float().pow(2).mean().backward()
+    return y.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def _relative_error(value, reference):
+    return ((value.float() - reference.float()).norm() / reference.float().norm()).item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_casting_a_converted_model_keeps_its_scaling_state_float32_and_its_numbers(dtype):
+    # .half() after convert_to_fp8 cast the scaling state too: 448 / amax of small activations
+    # (amax < 0.0068) overflowed float16 to inf, so the layers output zeros and zero weight gradients.
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
+    plain = copy.deepcopy(base).to(dtype)                                # the independent reference
+    state_float32 = copy.deepcopy(base).to(dtype)
+    convert_to_fp8(state_float32)                                        # converted after the cast
+    cast_after = copy.deepcopy(base)
+    convert_to_fp8(cast_after)
+    cast_after = cast_after.half() if dtype == torch.float16 else cast_after.to(dtype)
+    assert set(_state_dtypes(cast_after).values()) == {torch.float32}
+    assert cast_after[0].weight.dtype == dtype
+    x = (torch.randn(16, 64) * 1e-3).to(dtype)
+    y, grads = _step(cast_after, x)
+    y_expected, grads_expected = _step(state_float32, x)
+    assert torch.equal(y, y_expected)
+    assert all(torch.equal(g, e) for g, e in zip(grads, grads_expected))
+    # Close to nn.Linear up to e4m3/e5m2 rounding (measured: 1.5% for the output, at most 8.5% for a gradient).
+    y_plain, grads_plain = _step(plain, x)
+    assert _relative_error(y, y_plain) < 0.05
+    assert all(_relative_error(g, e) < 0.15 for g, e in zip(grads, grads_plain))
+
+
+def test_the_scaling_state_moves_with_the_device_and_survives_copies_and_checkpoints_of_a_cast_model(tmp_path):
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 32))
+    convert_to_fp8(model)
+    model = model.to("emu", torch.float16)                               # a device move and a dtype cast at once
+    assert {b.device.type for b in model.buffers()} == {"emu"} and set(_state_dtypes(model).values()) == {torch.float32}
+    x = (torch.randn(8, 32) * 1e-3).to("emu", torch.float16)
+    _step(model, x)                                                      # a step fills the histories
+    state = model.state_dict()
+    assert state["0.input_scale"].dtype == torch.float32 and state["0.input_amax_history"].abs().sum() > 0
+    loaded = nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 32))
+    convert_to_fp8(loaded)
+    loaded = loaded.to("emu", torch.float16)
+    loaded.load_state_dict(state)
+    torch.save(model, tmp_path / "model.pt")
+    restored = torch.load(tmp_path / "model.pt", weights_only=False)
+    copied = copy.deepcopy(model)
+    expected, expected_grads = _step(model, x)
+    for other in (loaded, restored, copied):
+        assert set(_state_dtypes(other).values()) == {torch.float32}
+        y, grads = _step(other, x)
+        assert torch.equal(y, expected) and all(torch.equal(g, e) for g, e in zip(grads, expected_grads))
+    assert torch.isfinite(model[0].input_scale).item() and model[0].input_scale.item() > 65504  # beyond float16
+    model.float()
+    assert model[0].weight.dtype == torch.float32 and model[0].input_scale.item() == loaded[0].input_scale.item()
+
+
+def test_an_fp8_layer_on_the_meta_device_gives_nn_linears_shapes_and_materialises_like_it():
+    # torch.is_autocast_enabled("meta") raised "unknown device type for autocast": shape inference
+    # and deferred initialisation (build on meta, to_empty, reset_parameters) failed.
+    reference = nn.Linear(16, 32, device="meta")
+    layer = Fp8Linear(16, 32, device="meta")
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(2, 5, 16, device="meta", dtype=dtype, requires_grad=True)
+        y = layer(x)
+        expected = reference.to(dtype)(x)
+        assert y.device.type == "meta" and y.shape == expected.shape and y.dtype == expected.dtype == dtype
+        y.sum().backward()
+        assert layer.weight.grad.shape == (32, 16) and layer.weight.grad.dtype == torch.float32
+        assert x.grad.shape == x.shape
+        layer.zero_grad()
+    model = nn.Sequential(nn.Linear(16, 32, device="meta"), nn.ReLU(), nn.Linear(32, 16, device="meta"))
+    assert len(convert_to_fp8(model).converted) == 2
+    assert model(torch.randn(4, 16, device="meta")).shape == (4, 16)
+    # Materialised as torch's deferred initialisation does it: uninitialised memory, then reset_parameters.
+    model.to_empty(device="cpu")
+    for module in model.modules():
+        if isinstance(module, Fp8Linear):
+            module.reset_parameters()
+            assert torch.equal(module.input_amax_history, torch.zeros(16)) and module.input_scale.item() == 1.0
+    x = torch.randn(4, 16)
+    first = Fp8Linear.from_linear(nn.Linear(16, 32))
+    first.weight, first.bias = model[0].weight, model[0].bias
+    assert torch.equal(model[0](x), first(x))                              # a fresh layer with these weights
+
+
+def test_compiling_a_converted_model_gives_no_dynamo_warning_and_the_eager_numbers(monkeypatch):
+    # Fp8Linear.forward resolved the matmul kernel (a pybind function) outside the region torch.compile
+    # leaves alone: dynamo warned that it "does not know how to trace the builtin ... _fp8_resolve_kernel"
+    # and asked for an issue on GitHub. It warns once per process: clear its record of warnings given.
+    import torch._dynamo.utils
+    monkeypatch.setattr(torch._dynamo.utils, "warn_once_cache", set())
+    torch._dynamo.reset()
+    torch.manual_seed(4)
+    eager = nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 32))
+    compiled = copy.deepcopy(eager)
+    convert_to_fp8(eager)
+    convert_to_fp8(compiled)
+    x = torch.randn(4, 32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y_compiled = torch.compile(compiled)(x)
+    dynamo_warnings = [str(w.message).splitlines()[0] for w in caught if "Dynamo" in str(w.message)]
+    assert dynamo_warnings == []
+    assert torch.equal(y_compiled, eager(x))
+
+
+def test_fp8_layers_bypassed_by_the_transformer_inference_fast_path_are_named_in_the_report():
+    # torch's nn.TransformerEncoderLayer fast path reads linear1/linear2's weights in eval mode
+    # under no_grad, so those converted layers computed float32 while the summary said "converted".
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0)
+    reference = copy.deepcopy(layer).eval()
+    model = nn.Sequential(layer).eval()
+    report = convert_to_fp8(model)
+    assert [name for name, _, _ in report.converted] == ["0.linear1", "0.linear2"]
+    assert [name for name, _ in report.notes] == ["0.linear1", "0.linear2"]
+    assert "note on 0.linear1: torch's inference fast path for nn.TransformerEncoderLayer" in report.summary()
+    assert "torch.backends.mha.set_fastpath_enabled(False)" in report.notes[0][1]
+    # What the note says, checked against the unconverted layer: bypassed under no_grad ...
+    x = torch.randn(2, 10, 64)
+    with torch.no_grad():
+        assert torch.equal(model(x), reference(x))
+    assert torch.count_nonzero(layer.linear1.input_amax_history).item() == 0
+    # ... and run in FP8 with the fast path off.
+    fast_path = torch.backends.mha.get_fastpath_enabled()
+    try:
+        torch.backends.mha.set_fastpath_enabled(False)
+        with torch.no_grad():
+            assert not torch.equal(model(x), reference(x))
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast_path)
+    assert torch.count_nonzero(layer.linear1.input_amax_history).item() == 1
+    # A Linear outside such a layer gets no note.
+    assert convert_to_fp8(nn.Sequential(nn.Linear(64, 64))).notes == []
