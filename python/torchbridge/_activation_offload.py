@@ -14,6 +14,7 @@ import torch
 from torch.autograd.graph import saved_tensors_hooks
 
 from . import _C
+from ._integer import as_integer
 
 
 def _is_a_parameter(tensor) -> bool:
@@ -25,20 +26,51 @@ def _is_a_parameter(tensor) -> bool:
     return isinstance(base, torch.nn.Parameter) or (base.is_leaf and base.requires_grad)
 
 
+def _device_bytes(tensor) -> int:
+    """The device memory ``tensor`` holds: its storage's. A broadcast (stride-0) view of a 4 KiB
+    tensor counts 4 KiB, not the 32 MiB its shape spans; a slice counts all it keeps alive."""
+    return tensor.untyped_storage().nbytes()
+
+
+def _copy_bytes(tensor) -> int:
+    """The host copy's size, and the size of the device copy brought back: dense, as empty_like."""
+    return tensor.numel() * tensor.element_size()
+
+
+def _layout_key(tensor) -> tuple:
+    """What makes two saved tensors the same values, given the same live storage and version."""
+    return (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride(),
+            tensor.dtype, tensor.device)
+
+
 class _Offloaded:
-    """One saved tensor while it lives on the host."""
+    """One distinct saved tensor while it lives on the host, however many times autograd saved it
+    (q, k and v projections all save the same hidden state)."""
 
-    __slots__ = ("host", "device", "order", "on_device", "arrived", "source", "version", "__weakref__")
+    __slots__ = ("host", "device", "orders", "on_device", "arrived", "source", "version", "storage",
+                 "unpacks_left", "__weakref__")
 
-    def __init__(self, host, device, order, source):
+    def __init__(self, host, device, source):
         self.host = host            # pinned copy
         self.device = device
-        self.order = order          # position in the forward pass
-        self.on_device = None       # the copy brought back, until backward takes it
+        self.orders = []            # the positions of its saves among the forward pass's saves
+        self.on_device = None       # the copy brought back, until backward's last use of it
         self.arrived = None         # event on the side stream after the copy back
         # The tensor saved, weakly, and its version then: see _check_unchanged.
         self.source = weakref.ref(source)
         self.version = source._version
+        # Weakly: a later save shares this record only while the very storage lives (its address
+        # alone could be a new tensor's, allocated where a freed one was).
+        self.storage = weakref.ref(source.untyped_storage())
+        self.unpacks_left = 0       # uses left in this backward pass before its device copy goes
+
+    def holds_the_values_of(self, tensor) -> bool:
+        return self.storage() is tensor.untyped_storage() and tensor._version == self.version
+
+    def position_of_this_use(self) -> int:
+        """The forward position of the save that backward most likely unpacks now: backward runs
+        the saving ops in reverse, so the latest save not yet unpacked in this pass."""
+        return self.orders[max(self.unpacks_left, 1) - 1]
 
 
 class _Kept:
@@ -52,9 +84,11 @@ class _Kept:
         self.version = tensor._version
 
 
-def _forget(saved, order, _dead_reference):
-    """A record's weak-reference callback: its entry leaves the context's table."""
-    saved.pop(order, None)
+def _forget(table, key, dead_reference):
+    """A record's weak-reference callback: its entry leaves the context's table, unless a newer
+    record took that key over."""
+    if table.get(key) is dead_reference:
+        del table[key]
 
 
 class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manager, named like torch's)
@@ -62,31 +96,35 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
     pinned host memory, and brings it back during backward. Gradients are bit-identical to no
     offload (the copies are exact).
 
-    - Forward: each saved tensor on an accelerator of at least ``min_bytes`` is copied to a pinned
-      host buffer on a side stream that first waits for the compute stream (an event), so the
-      copy starts after the tensor is computed and overlaps later forward work. The device memory
-      is kept from reuse until that copy has read it (``record_stream``).
+    - Forward: each saved tensor on an accelerator whose storage holds at least ``min_bytes`` is
+      copied to a pinned host buffer on a side stream that first waits for the compute stream (an
+      event), so the copy starts after the tensor is computed and overlaps later forward work. The
+      device memory is kept from reuse until that copy has read it (``record_stream``).
     - Backward: when autograd needs a tensor, it is copied back on the side stream if it is not
       back already, and the compute stream waits for that copy (an event), never the CPU. The
       ``prefetch`` tensors saved just before it are started back at the same time, because
       backward needs them next.
-    - Kept as they are: CPU tensors, tensors below ``min_bytes``, parameters (trainable or frozen)
-      and other leaves that require grad, and views of them (e.g. a Linear's transposed weight: the
-      module holds them on the device anyway, so a copy would free nothing).
+    - One tensor saved by several ops (q, k and v projections of one hidden state), or through
+      views with the same storage, offset, shape and strides at the same version, is copied once,
+      brought back once and shared, and its device copy goes with backward's last use of it.
+    - Kept as they are: CPU tensors, tensors whose storage is below ``min_bytes`` (a broadcast view
+      counts what its storage holds, not what its shape spans), broadcast views whose dense copy
+      would be larger than their storage, parameters (trainable or frozen) and other leaves that
+      require grad, and views of them (e.g. a Linear's transposed weight: the module holds them on
+      the device anyway, so a copy would free nothing).
     """
 
     def __init__(self, min_bytes: int = 1 << 16, prefetch: int = 2):
-        for name, value in (("min_bytes", min_bytes), ("prefetch", prefetch)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"offload_activations: {name} must be a non-negative int, got {value!r}")
-        self.min_bytes = min_bytes
-        self.prefetch = prefetch
+        self.min_bytes = _non_negative_integer("min_bytes", min_bytes)
+        self.prefetch = _non_negative_integer("prefetch", prefetch)
         self._side_streams = {}
         self._accepted = set()  # devices _check_on_the_accelerator has accepted
-        # Weak references by forward order; an entry leaves when its record dies, so a context
-        # reused step after step holds only what live graphs still save (a list grew by every
-        # saved tensor of every step).
+        # Weak references to the records by the forward position of each save, and by _layout_key
+        # (a later save of the same values shares the record); an entry leaves when its record
+        # dies, so a context reused step after step holds only what live graphs still save (a list
+        # grew by every saved tensor of every step).
         self._saved = {}
+        self._by_layout = {}
         self._next_order = 0
         super().__init__(self._pack, self._unpack)
 
@@ -116,11 +154,36 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
                 f"torch.accelerator's streams and events); run the block on {name} or without offload_activations")
         self._accepted.add(device)
 
+    def _stays_on_device(self, tensor) -> bool:
+        if tensor.device.type == "cpu" or tensor.layout != torch.strided or _is_a_parameter(tensor):
+            return True
+        # A broadcast view's dense copy, brought back, would take more device memory than it frees.
+        return _device_bytes(tensor) < self.min_bytes or _copy_bytes(tensor) > _device_bytes(tensor)
+
     def _pack(self, tensor):
-        if (tensor.device.type == "cpu" or tensor.layout != torch.strided
-                or tensor.numel() * tensor.element_size() < self.min_bytes or _is_a_parameter(tensor)):
+        if self._stays_on_device(tensor):
             return _Kept(tensor)
         self._check_on_the_accelerator(tensor.device)
+        record = self._offloaded_before(tensor) or self._offload(tensor)
+        self._note_save(record)
+        return record
+
+    def _note_save(self, record):
+        order = self._next_order
+        self._next_order += 1
+        record.orders.append(order)
+        record.unpacks_left += 1
+        self._saved[order] = weakref.ref(record, functools.partial(_forget, self._saved, order))
+
+    def _offloaded_before(self, tensor):
+        """The record of an earlier save of the same values, or None. Copying each save apart cost
+        host memory and copy time per saving op, and prefetch brought back one device copy per op
+        (peak memory above no offload's)."""
+        reference = self._by_layout.get(_layout_key(tensor))
+        record = reference() if reference is not None else None
+        return record if record is not None and record.holds_the_values_of(tensor) else None
+
+    def _offload(self, tensor):
         side = self._side_waits_for_compute(tensor.device)
         # Pinned by the tensor's own device type: pin_memory=True would pin for CUDA whenever the
         # machine has CUDA, and an SDK device copies CUDA's pinned memory synchronously.
@@ -129,10 +192,9 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
         with side:
             host.copy_(tensor, non_blocking=True)
         tensor.record_stream(side)
-        order = self._next_order
-        self._next_order += 1
-        record = _Offloaded(host, tensor.device, order, tensor)
-        self._saved[order] = weakref.ref(record, functools.partial(_forget, self._saved, order))
+        record = _Offloaded(host, tensor.device, tensor)
+        key = _layout_key(tensor)
+        self._by_layout[key] = weakref.ref(record, functools.partial(_forget, self._by_layout, key))
         return record
 
     def _bring_back(self, record):
@@ -174,14 +236,41 @@ class offload_activations(saved_tensors_hooks):  # noqa: N801  (a context manage
         if isinstance(record, _Kept):
             self._check_unchanged(record.tensor, record.version)
             return record.tensor
-        self._check_unchanged(record.source(), record.version)
-        if record.on_device is None:
+        source = record.source()
+        self._check_unchanged(source, record.version)
+        if source is None and record.on_device is None:
             self._bring_back(record)
-        for earlier in range(record.order - 1, max(-1, record.order - 1 - self.prefetch), -1):
+        self._prefetch_before(record)
+        if source is None:
+            self._compute_waits_for(record)
+        return self._hand_over(record, source)
+
+    def _prefetch_before(self, record):
+        position = record.position_of_this_use()
+        for earlier in range(position - 1, max(-1, position - 1 - self.prefetch), -1):
             reference = self._saved.get(earlier)
             other = reference() if reference is not None else None
-            if other is not None and other.on_device is None:
+            if other is not None and other.on_device is None and other.source() is None:
                 self._bring_back(other)
-        self._compute_waits_for(record)
-        tensor, record.on_device = record.on_device, None  # device memory goes with backward's use
+
+    @staticmethod
+    def _hand_over(record, source):
+        """The tensor for one use: the saved tensor itself while something else keeps it alive on
+        the device (a copy back would hold its memory twice, above no offload's peak), otherwise
+        the device copy. The record lets go of that at the last use of this backward pass, so its
+        memory goes with backward's use, as without offload; a second backward (retain_graph)
+        brings it back again."""
+        tensor = source if source is not None else record.on_device
+        record.unpacks_left -= 1
+        if record.unpacks_left <= 0:
+            record.on_device, record.unpacks_left = None, len(record.orders)
         return tensor
+
+
+def _non_negative_integer(name: str, value) -> int:
+    """``value`` as an int (numpy's integers too, as checkpoint_sequential takes them), or
+    ValueError naming the option."""
+    number = as_integer(value)
+    if number is None or number < 0:
+        raise ValueError(f"offload_activations: {name} must be a non-negative int, got {value!r}")
+    return number

@@ -325,10 +325,11 @@ class UnifiedManager:
             torch.use_deterministic_algorithms(True)
             torch.backends.cudnn.deterministic = True
         elif name == "activation_checkpointing":
-            blocks = _checkpoint_blocks(model)
-            if blocks is None:  # the plan applies the step only to models with a block container
+            checkpointed = _checkpoint_blocks(model)
+            if checkpointed is None:  # the plan applies the step only to models with a block container
                 raise RuntimeError("the optimization plan checkpoints blocks of a model that has none")
-            return model, optimizer, None, f"{blocks[1]} blocks of '{blocks[0] or type(model).__name__}' checkpointed"
+            caches_turned_off = _turn_off_key_value_caches(model)
+            return model, optimizer, None, checkpointed.describe(type(model).__name__, caches_turned_off)
         elif name == "tf32":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
@@ -453,26 +454,64 @@ def _check_full_precision_model(model, precision: str, named: bool) -> None:
                          f"compute in that precision; {advice}")
 
 
-def _checkpoint_blocks(model) -> "tuple[str, int] | None":
+@dataclasses.dataclass(frozen=True)
+class _CheckpointedBlocks:
+    container: str  # its name in the model ("" for the model itself)
+    blocks: "tuple[torch.nn.Module, ...]"  # each distinct block wrapped, in container order
+    listed: int  # how many entries of the container they fill (more when one block is listed several times)
+
+    def describe(self, model_type: str, caches_turned_off: int) -> str:
+        """The report's detail: what was wrapped, and what runs otherwise than the user may think."""
+        count = len(self.blocks)
+        detail = f"{count} block{'' if count == 1 else 's'} of '{self.container or model_type}' checkpointed"
+        if self.listed > count:
+            detail += f" (listed {self.listed} times: each call is a region of its own)"
+        frozen = sum(1 for block in self.blocks if not _trains_parameters(block))
+        if frozen:
+            detail += (f"; {frozen} of them train no parameter, so a call of one is checkpointed only when an input "
+                       f"requires grad (otherwise backward never reaches it and it runs as it is)")
+        if caches_turned_off:
+            detail += ("; use_cache turned off in the model's config, as Hugging Face's gradient checkpointing does "
+                       "(a layer fills the key/value cache in its forward pass, and its recomputation would attend "
+                       "over those keys twice); pass use_cache=True where inference wants the cache")
+        return detail
+
+
+def _checkpoint_blocks(model) -> "_CheckpointedBlocks | None":
     """Makes each block of the model's first container of repeated blocks (an nn.Sequential or
     nn.ModuleList of two or more, in module order: a transformer's layer list) run as a
     checkpointed region while training with gradients. Blocks without parameters (activations,
     pooling, dropout) are left as they are: they hold no activations worth recomputing, and an
     in-place one (ReLU(inplace=True)) cannot be a region of its own, since it modifies its own input.
+    A block listed several times (weights shared across layers, as ALBERT does) is wrapped once: a
+    wrapper per entry nested the regions, and the block ran 5 times per call instead of 2.
     Buffers a block changes (normalizations' running statistics, a spectral norm's vectors) change
     once per step, and are recomputed from where the forward pass started (_recomputed_buffers.py),
-    as without checkpointing. Returns (container name, checkpointed block count), or None when the model has
-    no such container."""
+    as without checkpointing. Returns what it wrapped, or None when the model has no such container."""
     from . import memory
 
     found = _block_container(model)
     if found is None:
         return None
     name, container = found
-    checkpointed = [block for block in container if _holds_parameters(block)]
-    for block in checkpointed:
+    listed = [block for block in container if _holds_parameters(block)]
+    blocks = tuple(dict.fromkeys(listed))  # modules hash by identity: each distinct block, in order
+    for block in blocks:
         wrap_forward(block, _checkpointed_forward, memory.checkpoint)
-    return name, len(checkpointed)
+    return _CheckpointedBlocks(name, blocks, len(listed))
+
+
+def _turn_off_key_value_caches(model) -> int:
+    """Sets ``use_cache`` to False in the configs of the model's Hugging Face modules, as their
+    gradient checkpointing does in training, and returns how many were on. A decoder layer called
+    with a cache appends its keys and values to it in the forward pass; recomputed in backward, it
+    ran attention over them twice: 22 of 30 gradients of a small Llama wrong, silently (sdpa), or a
+    size mismatch (eager)."""
+    configs = {id(config): config for config in (getattr(module, "config", None) for module in model.modules())
+               if getattr(config, "use_cache", None) is True}
+    for config in configs.values():
+        config.use_cache = False
+    return len(configs)
 
 
 def _block_container(model) -> "tuple[str, torch.nn.Module] | None":
@@ -489,12 +528,49 @@ def _holds_parameters(module) -> bool:
     return any(True for _ in module.parameters())
 
 
+def _trains_parameters(module) -> bool:
+    return any(p.requires_grad for p in module.parameters())
+
+
+def _needs_a_region(block, args, kwargs) -> bool:
+    """Whether backward can reach this call: a block that trains no parameter, given no input that
+    requires grad (frozen lower layers), saves nothing for backward, so a region would only warn
+    that nothing in it trains. Decided per call: the same frozen block does need a region when its
+    input requires grad (a trained embedding below it), and a block may be unfrozen later."""
+    if _trains_parameters(block):
+        return True
+    return any(isinstance(value, torch.Tensor) and value.requires_grad
+               for value in pytree.tree_flatten((args, kwargs))[0])
+
+
+def _looks_like_a_key_value_cache(value) -> bool:
+    # transformers' Cache classes (DynamicCache, StaticCache, EncoderDecoderCache, ...), by what
+    # they do rather than by import: the forward pass fills them through update().
+    return not isinstance(value, torch.Tensor) and callable(getattr(value, "update", None)) \
+        and callable(getattr(value, "get_seq_length", None))
+
+
+def _refuse_a_key_value_cache(block, args, kwargs) -> None:
+    """A cache the block's forward pass fills is filled again by its recomputation, which then
+    attends over twice the keys: wrong gradients, silently. Refused rather than computed wrong."""
+    leaves = pytree.tree_flatten((args, kwargs), is_leaf=_looks_like_a_key_value_cache)[0]
+    cache = next((value for value in leaves if _looks_like_a_key_value_cache(value)), None)
+    if cache is not None:
+        raise ValueError(
+            f"activation checkpointing: the checkpointed block {type(block).__name__} was given a "
+            f"{type(cache).__name__}, a key/value cache its forward pass fills; its recomputation in backward would "
+            f"fill it again and attend over those keys twice, giving wrong gradients. Call the model with "
+            f"use_cache=False while training (Hugging Face's gradient checkpointing turns it off too), or "
+            f"without activation checkpointing")
+
+
 def _checkpointed_forward(forward, checkpoint):
     changing = ChangingBuffers()  # learned by the block's first forward pass
 
     @functools.wraps(forward)
     def run(block, *args, **kwargs):
-        if block.training and torch.is_grad_enabled():
+        if block.training and torch.is_grad_enabled() and _needs_a_region(block, args, kwargs):
+            _refuse_a_key_value_cache(block, args, kwargs)
             # The block's arguments go in as a tuple and a dict: as keywords, one named like an option of
             # checkpoint's (early_stop, debug, determinism_check...) was taken as that option.
             return checkpoint(_run_checkpointed_block, forward, block, BufferStates(block, changing), args, kwargs,

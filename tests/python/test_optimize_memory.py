@@ -5,6 +5,7 @@ twice in a training step: forward and recomputation), and against its limits (no
 inference, torch.compile)."""
 
 import os
+import warnings
 
 import pytest
 import torch
@@ -224,3 +225,135 @@ def test_a_blocks_keyword_arguments_reach_the_block_whatever_their_names():
         assert torch.equal(checkpointed(x, **options), plain(x, **options)), options
     with pytest.raises(TypeError, match="unexpected keyword argument 'debug'"):  # the block's own error
         checkpointed(x, debug=True)
+
+
+def _hugging_face_decoder(kind, attention):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if kind == "llama":
+        settings = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
+                                            max_position_embeddings=64)
+        settings._attn_implementation = attention
+        return transformers.LlamaForCausalLM(settings).train()
+    settings = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=64,
+                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    settings._attn_implementation = attention
+    return transformers.GPT2LMHeadModel(settings).train()
+
+
+def _language_model_step(model, **call):
+    torch.manual_seed(1)
+    ids = torch.randint(0, 100, (2, 16))
+    model(input_ids=ids, labels=ids, **call).loss.backward()
+    return {n: p.grad for n, p in model.named_parameters()}
+
+
+# GPT-2's eager attention is left out: recomputed, it rounds differently (1.8e-7), torch's checkpoint too.
+@pytest.mark.parametrize("kind, attention", [("llama", "sdpa"), ("llama", "eager"), ("gpt2", "sdpa")])
+def test_hugging_face_decoders_called_as_usual_get_the_gradients_of_no_checkpointing(kind, attention):
+    """Called normally, a Hugging Face decoder's config has use_cache=True: each layer appended its
+    keys and values to the cache in its forward pass and attended over them twice when recomputed.
+    22 of 30 gradients of a small Llama were wrong, silently (sdpa), eager attention failed with a
+    size mismatch, GPT-2's gradients were wrong too. As Hugging Face's own gradient checkpointing
+    does, the configuration's turns use_cache off; a cache passed anyway is refused."""
+    plain = _hugging_face_decoder(kind, attention)
+    model = _hugging_face_decoder(kind, attention)
+    assert model.config.use_cache is True
+    manager = UnifiedManager(config("cpu", activation_checkpointing=True))
+    model = manager.optimize(model)
+    want, got = _language_model_step(plain), _language_model_step(model)
+    wrong = [name for name in want if not torch.equal(got[name], want[name])]
+    assert not wrong, f"{len(wrong)} of {len(want)} gradients differ, e.g. {wrong[0]}"
+    [report_step] = [s for s in manager.report().steps if s.name == "activation_checkpointing"]
+    assert report_step.detail.startswith("2 blocks of ") and "use_cache turned off in the model's config" in \
+        report_step.detail
+    assert model.config.use_cache is False
+
+    model.zero_grad()
+    with pytest.raises(ValueError, match=r"was given a DynamicCache, a key/value cache its forward pass fills; .*"
+                                         r"Call the model with use_cache=False while training"):
+        _language_model_step(model, use_cache=True)
+    with torch.no_grad():  # nothing is recomputed: the cache is the caller's to use
+        assert model(input_ids=torch.randint(0, 100, (1, 4)), use_cache=True).past_key_values is not None
+
+
+def test_a_model_compiled_after_optimize_gets_the_gradients_of_the_uncompiled_one():
+    """torch.compile(model) after the configuration's checkpointing failed in the forward pass with
+    the region's internal "needs a detached alias" (dynamo traced into the region)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    plain, checkpointed = Stack(), Stack()
+    checkpointed.load_state_dict(plain.state_dict())
+    compiled = torch.compile(UnifiedManager(config("cpu", activation_checkpointing=True)).optimize(checkpointed),
+                             backend="eager")
+    want = step(plain, "cpu")
+    Block.calls = 0
+    step(compiled, "cpu")
+    assert Block.calls == 8  # the regions ran, and were recomputed
+    for name, parameter in checkpointed.named_parameters():
+        assert torch.equal(parameter.grad, want[name]), name
+    torch._dynamo.reset()
+
+
+class SharedBlockStack(Stack):
+    """ALBERT's weight sharing: one block object listed four times."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([Block()] * 4)
+
+
+def test_a_block_listed_several_times_is_one_region_per_call():
+    """A block listed 4 times was wrapped 4 times: its calls nested 4 regions, it ran 20 times a
+    step instead of 8, and the report said 4 blocks."""
+    torch.manual_seed(0)
+    plain, checkpointed = SharedBlockStack(), SharedBlockStack()
+    checkpointed.load_state_dict(plain.state_dict())
+    manager = UnifiedManager(config("cpu", activation_checkpointing=True))
+    checkpointed = manager.optimize(checkpointed)
+    want = step(plain, "cpu")
+    Block.calls = 0
+    got = step(checkpointed, "cpu")
+    for name in want:
+        assert torch.equal(got[name], want[name]), name
+    assert Block.calls == 8  # 4 calls, each recomputed once
+    [report_step] = [s for s in manager.report().steps if s.name == "activation_checkpointing"]
+    assert report_step.detail == "1 block of 'layers' checkpointed (listed 4 times: each call is a region of its own)"
+
+
+@pytest.mark.parametrize("embedding_trains", [True, False])
+def test_frozen_lower_blocks_are_regions_only_when_backward_reaches_them(embedding_trains):
+    """Fine-tuning the top layers: the frozen blocks' regions warned "Checkpoint regions that train,
+    or run this one under torch.no_grad()", about regions the user never chose, and the report
+    counted them as checkpointed. A frozen block whose input requires grad (a trained embedding
+    below it) still keeps activations for backward, so it stays a region."""
+    torch.manual_seed(0)
+    plain, checkpointed = Stack(), Stack()
+    checkpointed.load_state_dict(plain.state_dict())
+    for model in (plain, checkpointed):
+        for block in model.layers[:2]:
+            block.requires_grad_(False)
+        model.embed.requires_grad_(embedding_trains)
+    manager = UnifiedManager(config("cpu", activation_checkpointing=True))
+    checkpointed = manager.optimize(checkpointed)
+
+    def trained_step(model):
+        torch.manual_seed(5)
+        model(torch.randn(6, 8)).square().sum().backward()
+        return {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+
+    want = trained_step(plain)
+    Block.calls = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = trained_step(checkpointed)
+    assert Block.calls == (8 if embedding_trains else 6)  # frozen blocks below frozen layers: not recomputed
+    assert set(got) == set(want)
+    for name in want:
+        assert torch.equal(got[name], want[name]), name
+    assert all(p.grad is None for p in checkpointed.layers[:2].parameters())
+    [report_step] = [s for s in manager.report().steps if s.name == "activation_checkpointing"]
+    assert report_step.detail == ("4 blocks of 'layers' checkpointed; 2 of them train no parameter, so a call of one "
+                                  "is checkpointed only when an input requires grad (otherwise backward never "
+                                  "reaches it and it runs as it is)")
