@@ -195,7 +195,13 @@ def _device_module(name: str) -> types.ModuleType:
         return torch.frombuffer(bytearray(state), dtype=torch.uint8)
 
     def set_rng_state(new_state: torch.Tensor, device=None) -> None:
-        _C.generator_set_state(name, index(device), bytes(new_state.contiguous().to(torch.uint8).numpy()))
+        # As torch.set_rng_state and torch.cuda's: a state of another dtype was cast to bytes, each
+        # value wrapping modulo 256, and taken as a different state without a word.
+        if not isinstance(new_state, torch.Tensor) or new_state.dtype != torch.uint8:
+            got = new_state.dtype if isinstance(new_state, torch.Tensor) else type(new_state).__name__
+            raise TypeError(f"RNG state must be a torch.ByteTensor (dtype torch.uint8), as get_rng_state() "
+                            f"returns, got {got}")
+        _C.generator_set_state(name, index(device), bytes(new_state.detach().cpu().contiguous().numpy()))
 
     def get_rng_state_all():
         return [get_rng_state(i) for i in range(device_count())]

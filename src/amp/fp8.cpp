@@ -130,7 +130,10 @@ at::Tensor update_state(const at::Tensor& values, Fp8Format format, const Delaye
     const at::Tensor candidate = at::ones_like(amax_for_scale)
                                      .mul_(fp8_max(format))
                                      .div_(amax_for_scale * std::ldexp(1.0, static_cast<int>(options.margin)));
-    const at::Tensor usable = (amax_for_scale > 0).logical_and(candidate.isfinite());
+    // A zero, infinite or NaN amax keeps the previous scale. An inf amax gives a finite candidate,
+    // 0 (448 / inf), and so does amax * 2^margin overflowing: the first step's inf set the scale to
+    // 0, and every output became NaN. So the candidate must be finite and positive.
+    const at::Tensor usable = (candidate > 0).logical_and(candidate.isfinite());
     state.scale.copy_(at::where(usable, candidate, state.scale));
 
     state.amax_history.copy_(at::roll(state.amax_history, 1));

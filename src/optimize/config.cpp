@@ -273,7 +273,11 @@ TorchBridgeConfig from_json(const nlohmann::json& document, TorchBridgeConfig co
     }
     codec->read(config, *value, std::string(source) + ": '" + key + "'");
   }
-  validate(config);
+  try {
+    validate(config);
+  } catch (const c10::ValueError& e) {  // "precision: unknown precision 'fp4'" named no file or variable
+    TORCH_CHECK_VALUE(false, source, ": ", e.msg());
+  }
   return config;
 }
 
@@ -374,12 +378,14 @@ TorchBridgeConfig load_config(const std::string& path, const TorchBridgeConfig& 
 TorchBridgeConfig with_environment(TorchBridgeConfig config, const std::function<const char*(const char*)>& getenv) {
   const auto lookup = getenv ? getenv : [](const char* name) -> const char* { return std::getenv(name); };
   nlohmann::json overrides = nlohmann::json::object();
+  std::string variables;  // the ones set, named in errors
   for (const auto& codec : codecs()) {
     const char* value = lookup(codec.field.environment);
     if (value == nullptr || *value == '\0') continue;  // empty counts as unset, as for TORCHBRIDGE_BACKEND
     overrides[codec.field.name] = codec.from_text(value, codec.field.environment);
+    variables += std::string(variables.empty() ? "" : ", ") + codec.field.environment + "='" + value + "'";
   }
-  return from_json(overrides, std::move(config), "environment");
+  return from_json(overrides, std::move(config), "environment (" + variables + ")");
 }
 
 }  // namespace torchbridge

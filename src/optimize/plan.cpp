@@ -140,8 +140,14 @@ class Planner {
     const bool asked_by_hardware_section =
         config_.hardware.nvidia.fp8_enabled && device_.backend == "cuda" && device_.features.fp8;
     if (precision_ != Precision::kFp8 && !asked_by_hardware_section) {
+      // The switch may be on for a device that is not an NVIDIA GPU with FP8 units: say so, not "off".
+      const std::string hardware_section =
+          config_.hardware.nvidia.fp8_enabled
+              ? "hardware.nvidia.fp8_enabled is on, but this device (" + device_.backend +
+                    ") is not an NVIDIA GPU with FP8 matrix units (sm_89 or later)"
+              : "hardware.nvidia.fp8_enabled is off";
       add("fp8", OptLevel::O3, false,
-          std::string("precision is ") + name_of(precision_) + ", not fp8, and hardware.nvidia.fp8_enabled is off");
+          std::string("precision is ") + name_of(precision_) + ", not fp8, and " + hardware_section);
     } else if (model_.torchscript) {
       add("fp8", OptLevel::O3, false,
           "TorchScript modules cannot have their Linear layers swapped; build the model with amp::Fp8Linear");

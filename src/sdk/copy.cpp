@@ -25,6 +25,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <vector>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -40,6 +41,35 @@ size_t span_bytes(const at::Tensor& t) {
   int64_t last = 0;
   for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
   return static_cast<size_t>(last + 1) * t.element_size();
+}
+
+// Calls `visit(offset, bytes)` for each run of contiguous bytes that `t`'s elements occupy, the
+// offset counted from its first element: its innermost dimensions that are contiguous make one run,
+// and every index of the others starts one.
+template <typename Visit>
+void for_each_contiguous_run(const at::Tensor& t, const Visit& visit) {
+  std::vector<int64_t> sizes, strides;  // dimensions of size 1 move nothing
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 1) continue;
+    sizes.push_back(t.size(d));
+    strides.push_back(t.stride(d));
+  }
+  int64_t run = 1;
+  while (!sizes.empty() && strides.back() == run) {
+    run *= sizes.back();
+    sizes.pop_back();
+    strides.pop_back();
+  }
+  const auto element = static_cast<size_t>(t.element_size());
+  std::vector<int64_t> index(sizes.size(), 0);
+  while (true) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < sizes.size(); ++d) offset += index[d] * strides[d];
+    visit(static_cast<size_t>(offset) * element, static_cast<size_t>(run) * element);
+    size_t d = sizes.size();
+    while (d > 0 && ++index[d - 1] == sizes[d - 1]) index[--d] = 0;
+    if (d == 0) return;
+  }
 }
 
 // Raw bytes can move only when both sides lay out and read their bytes the same way.
@@ -136,7 +166,20 @@ at::Tensor staging_for(const at::Tensor& dst) {
 void upload(const at::Tensor& staging, const at::Tensor& dst) {
   const size_t bytes = span_bytes(dst);
   if (bytes == 0) return;
-  blocking_copy(dst.data_ptr(), staging.data_ptr(), bytes, TB_MEMCPY_HOST_TO_DEVICE, current_stream(dst.device().index()));
+  if (dst.is_non_overlapping_and_dense()) {
+    blocking_copy(dst.data_ptr(), staging.data_ptr(), bytes, TB_MEMCPY_HOST_TO_DEVICE,
+                  current_stream(dst.device().index()));
+    return;
+  }
+  // A view with holes: only its elements' bytes go back. The holes may belong to tensors another
+  // thread or stream writes meanwhile; writing the whole span back, as read before the kernel ran,
+  // undid those writes (x[:, 0] += 1 beside a thread updating x[:, 1] lost 3999 of its 4000 updates).
+  wait_for_device(dst.device().index());
+  auto* device_bytes = static_cast<char*>(dst.data_ptr());
+  const auto* host_bytes = static_cast<const char*>(staging.data_ptr());
+  for_each_contiguous_run(dst, [&](size_t offset, size_t length) {
+    TB_CALL(memcpy_sync, device_bytes + offset, host_bytes + offset, length, TB_MEMCPY_HOST_TO_DEVICE);
+  });
 }
 
 void wait_for_device(c10::DeviceIndex device) {

@@ -17,7 +17,8 @@ at::Tensor download(const at::Tensor& t);
 // A host tensor laid out like device tensor `dst`, to be modified and then upload()ed: fresh when
 // `dst` is dense, otherwise holding `dst`'s current bytes.
 at::Tensor staging_for(const at::Tensor& dst);
-// Writes the storage span of CPU tensor `staging` (laid out like `dst`) into device tensor `dst`.
+// Writes the elements of CPU tensor `staging` (laid out like `dst`) into device tensor `dst`: its
+// storage span when `dst` is dense, else only the bytes of its elements, never the holes between.
 void upload(const at::Tensor& staging, const at::Tensor& dst);
 
 // Host code may only touch device memory once the device's queued work on it is done.

@@ -134,16 +134,29 @@ class DeviceAgreement {
   std::optional<c10::Device> first_, second_;
 };
 
+// Whether argument `argument` of `op` is the value of an indexed write, which torch takes from any
+// device when it is 0-dim: _index_put_impl_ moves a one-element value to self's device.
+bool value_from_any_device(const c10::OperatorHandle& op, const c10::Argument& argument) {
+  if (argument.name() != "values") return false;
+  const std::string& name = op.operator_name().name;
+  return name == "aten::index_put_" || name == "aten::index_put" || name == "aten::_index_put_impl_";
+}
+
 // The rule for the boxed fallback, on every call: the arguments are read in place on the stack,
 // and the operator's name is formatted only for the error.
 void check_one_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  const size_t count = op.schema().arguments().size();
+  const auto& arguments = op.schema().arguments();
+  const size_t count = arguments.size();
   DeviceAgreement devices;
   const auto refuse = [&] { devices.refuse(c10::toString(op.operator_name())); };
   for (size_t i = stack.size() - count; i < stack.size(); ++i) {
     const c10::IValue& value = stack[i];
     if (value.isTensor()) {
-      if (!devices.admit(value.toTensor())) refuse();
+      const at::Tensor& tensor = value.toTensor();
+      if (tensor.defined() && tensor.dim() == 0 && value_from_any_device(op, arguments[i - (stack.size() - count)])) {
+        continue;
+      }
+      if (!devices.admit(tensor)) refuse();
     } else if (value.isTensorList()) {
       const auto list = value.toTensorList();
       for (size_t k = 0; k < list.size(); ++k) {

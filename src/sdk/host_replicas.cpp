@@ -205,11 +205,17 @@ void write_back(Replica& replica, std::vector<Slot>& slots, size_t index) {
     }
     return;
   }
-  upload(byte_range(replica.host, c10::DispatchKey::CPU, 0, replica.copied),
-         byte_range(replica.device, c10::DispatchKey::PrivateUse1, replica.begin, replica.copied));
-  // A resized argument may reach past the bytes copied in; its elements (not the holes between
-  // them, which the kernel did not write) go over on their own.
-  for (Slot* s : changed) s->device.copy_(s->host);
+  // Only the written arguments' elements go back: the other bytes of the range (arguments only
+  // read, holes between elements) may be written meanwhile by another thread or stream, and
+  // writing back what was read before the kernel ran undid those writes.
+  for (Slot& s : slots) {
+    if (s.replica != index || !s.written) continue;
+    if (std::find(changed.begin(), changed.end(), &s) != changed.end()) {
+      s.device.copy_(s.host);  // resized: may reach past the bytes copied in
+    } else {
+      upload(s.host, s.device);
+    }
+  }
 }
 
 // A kernel may leave a written argument as a conjugate or negative view of what it computed

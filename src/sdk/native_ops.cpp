@@ -9,8 +9,11 @@
 #include "sdk/runtime_handle.h"
 #include "sdk/stream_registry.h"
 
+#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/ResizeCommon.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -31,6 +34,18 @@ namespace {
 
 const c10::DispatchKeySet kKeys(c10::DispatchKey::PrivateUse1);
 
+// Under torch.use_deterministic_algorithms(True) with fill_uninitialized_memory (its default), new
+// memory reads NaN (integers: their maximum), as torch's own empty and resize_ make it on the CPU
+// and CUDA; a block reused from the cache gave back its old values.
+bool fill_new_memory() {
+  return at::globalContext().deterministicAlgorithms() && at::globalContext().deterministicFillUninitializedMemory();
+}
+
+at::Tensor filled_if_deterministic(at::Tensor t) {
+  if (fill_new_memory() && t.numel() > 0) at::native::fill_empty_deterministic_(t);
+  return t;
+}
+
 c10::Device target_device(std::optional<c10::Device> device) {
   if (device.has_value() && device->has_index()) return *device;
   int32_t current = 0;
@@ -45,7 +60,8 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
   TORCH_CHECK(!pin_memory.value_or(false), "only CPU tensors can be pinned, not ", runtime().name(), " tensors");
   TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided, runtime().name(), " supports strided tensors only");
   const c10::DeviceGuard guard(target_device(device));
-  return at::detail::empty_generic(size, &caching_allocator(), kKeys, c10::dtype_or_default(dtype), memory_format);
+  return filled_if_deterministic(
+      at::detail::empty_generic(size, &caching_allocator(), kKeys, c10::dtype_or_default(dtype), memory_format));
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
@@ -55,7 +71,8 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
   TORCH_CHECK(!pin_memory.value_or(false), "only CPU tensors can be pinned, not ", runtime().name(), " tensors");
   TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided, runtime().name(), " supports strided tensors only");
   const c10::DeviceGuard guard(target_device(device));
-  return at::detail::empty_strided_generic(size, stride, &caching_allocator(), kKeys, c10::dtype_or_default(dtype));
+  return filled_if_deterministic(
+      at::detail::empty_strided_generic(size, stride, &caching_allocator(), kKeys, c10::dtype_or_default(dtype)));
 }
 
 const at::Tensor& resize_in_place(const at::Tensor& self, c10::IntArrayRef size,
@@ -69,7 +86,11 @@ const at::Tensor& resize_in_place(const at::Tensor& self, c10::IntArrayRef size,
   }
   const size_t needed = at::detail::computeStorageNbytes(self.sizes(), self.strides(), self.element_size(),
                                                          self.storage_offset());
-  if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+  const auto old_bytes = static_cast<int64_t>(self.storage().nbytes());
+  if (needed > self.storage().nbytes()) {
+    resize_storage_bytes(self.storage(), needed);
+    if (fill_new_memory()) at::native::fill_resize_deterministic_(self, old_bytes);
+  }
   return self;
 }
 
@@ -107,6 +128,17 @@ at::Tensor& fill(at::Tensor& self, const c10::Scalar& value) {
   staging.fill_(value);
   upload(staging, self);
   return self;
+}
+
+// fill_ with a 0-dim tensor: torch takes the value from any device (Fill.cpp reads it with item()),
+// so a CPU buffer filled from a device scalar works, as with CUDA; through the CPU fallback, whose
+// device rule knows no such exception, it was refused. Dispatch comes here for a CPU `self` too.
+at::Tensor& fill_from_tensor(at::Tensor& self, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),
+              " dimensions.");
+  const c10::Scalar scalar = value.item();
+  if (self.device().type() != c10::DeviceType::PrivateUse1) return self.fill_(scalar);
+  return fill(self, scalar);
 }
 
 at::Tensor& zero(at::Tensor& self) {
@@ -155,6 +187,7 @@ void register_native_ops() {
   library->impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   library->impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   library->impl("fill_.Scalar", TORCH_FN(fill));
+  library->impl("fill_.Tensor", TORCH_FN(fill_from_tensor));
   library->impl("zero_", TORCH_FN(zero));
   library->impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
 }

@@ -238,6 +238,7 @@ bool register_runtime_locked(const tb_runtime* table) {
   register_cpu_fallback();
   register_sparse();
   register_quantized_refusal();
+  register_nested_refusal();
   register_autocast();
   register_profiler_stubs();
   declare_to_backend_layer(first.vendor, first.is_real_hardware != 0);

@@ -21,6 +21,8 @@ void register_cpu_fallback();
 void register_sparse();
 // Quantized tensors: a clear error for every operator (quantized.cpp).
 void register_quantized_refusal();
+// Nested tensors of the strided layout: a clear error for every operator (nested.cpp).
+void register_nested_refusal();
 void register_autocast();
 // Device events for torch's profiler in its PrivateUse1 fallback mode (profiler_stubs.cpp).
 void register_profiler_stubs();

@@ -156,6 +156,14 @@ TEST(Config, EnvironmentVariablesOverrideTheirFields) {
   };
   expect_value_error([&] { with_environment({}, bad); },
                      "TORCHBRIDGE_TRAINING: expected 1/0, true/false, yes/no or on/off (any case), got 'sometimes'");
+  // A value of the right type that is no valid value names its variable, as a file's names the file.
+  const auto bad_precision = [](const char* name) -> const char* {
+    return std::string(name) == "TORCHBRIDGE_PRECISION" ? "bfloat16x" : nullptr;
+  };
+  expect_value_error([&] { with_environment({}, bad_precision); },
+                     "environment (TORCHBRIDGE_PRECISION='bfloat16x'): precision: ");
+  expect_value_error([&] { config_from_json_text(R"({"precision": "fp4"})", {}, "my.json"); },
+                     "my.json: precision: ");
   // Booleans in any case, as environment variables are commonly written (TRUE, On).
   for (const auto& spelling : {std::pair<const char*, bool>{"TRUE", true}, {"On", true}, {"No", false}}) {
     const char* text = spelling.first;

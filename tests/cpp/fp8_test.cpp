@@ -108,6 +108,20 @@ TEST(Fp8Scaling, ZeroInfAndNaNKeepTheScaleAndDoNotEnterTheHistory) {
   EXPECT_TRUE(at::equal(state.amax_history, at::tensor({0.0f, 0.0f, 2.0f})));
 }
 
+// On the first step the history is empty and the step's own amax gives the scale: an inf there
+// made the scale 448 / inf = 0, and every quantized value NaN, rows without the inf included. So
+// did an amax whose 2^margin headroom overflows float32.
+TEST(Fp8Scaling, AnInfiniteOrOverflowingFirstAmaxKeepsTheInitialScale) {
+  const float inf = std::numeric_limits<float>::infinity();
+  Fp8ScalingState state = Fp8ScalingState::create(3, c10::kCPU);
+  const Fp8Tensor q = quantize_delayed(at::tensor({inf, 1.0f, -2.0f}), Fp8Format::kE4M3, {3, 0}, state);
+  EXPECT_EQ(item(state.scale), 1.0f);
+  EXPECT_TRUE(at::equal(q.data.to(at::kFloat), at::tensor({448.0f, 1.0f, -2.0f})));  // saturated, no NaN
+  Fp8ScalingState headroom = Fp8ScalingState::create(3, c10::kCPU);
+  quantize_delayed(at::tensor({1e30f}), Fp8Format::kE5M2, {3, 64}, headroom);  // 1e30 * 2^64 overflows float32
+  EXPECT_EQ(item(headroom.scale), 1.0f);
+}
+
 TEST(Fp8Scaling, RejectsAHistoryOfTheWrongLengthAndNonFloatInput) {
   Fp8ScalingState state = Fp8ScalingState::create(4, c10::kCPU);
   expect_error([&] { quantize_delayed(at::ones({2}), Fp8Format::kE4M3, DelayedScalingOptions{8, 0}, state); },

@@ -163,6 +163,17 @@ TEST(OptimizationPlan, O3UsesFp8OnHardwareWithFp8) {
   EXPECT_FALSE(step(steps, "int8_weights").apply);
 }
 
+// The switch on, on a device it cannot apply to: the reason said "fp8_enabled is off".
+TEST(OptimizationPlan, Fp8AskedForByTheNvidiaSectionOnAnotherDeviceSaysWhyNot) {
+  TorchBridgeConfig config = at_level(OptLevel::O3);
+  config.hardware.nvidia.fp8_enabled = true;
+  const auto& fp8 = step(plan(config, bf16_cpu(), {.python = true, .has_linear = true}), "fp8");
+  EXPECT_FALSE(fp8.apply);
+  EXPECT_NE(fp8.reason.find("hardware.nvidia.fp8_enabled is on, but this device (cpu) is not an NVIDIA GPU"),
+            std::string::npos)
+      << fp8.reason;
+}
+
 TEST(OptimizationPlan, O3InferenceOnABf16CpuStoresLinearWeightsInInt8) {
   const ModelTraits quantizable{.python = true, .has_linear = true, .has_int8_linear = true};
   const auto steps = plan(at_level(OptLevel::O3, false), bf16_cpu(), quantizable);
