@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import itertools
 import json
 
 import torch
@@ -152,6 +153,13 @@ def _fused_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     return optimizer
 
 
+def _non_floating_parameters(optimizer: torch.optim.Optimizer) -> str:
+    """The dtypes of the optimizer's parameters that are not floating point (complex ones), "" when
+    none: torch's fused optimizers refuse them, at the first step()."""
+    dtypes = {p.dtype for group in optimizer.param_groups for p in group["params"] if not p.is_floating_point()}
+    return ", ".join(sorted(f"{dtype} parameters" for dtype in map(str, dtypes)))
+
+
 def _sparse_gradient_layers(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> "list[str]":
     """The embedding layers built with sparse=True whose weight the optimizer steps, by name."""
     stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
@@ -284,7 +292,7 @@ class UnifiedManager:
             detail = step["reason"]
             applied = step["apply"]
             if step["name"] == "validate" and applied:
-                detail, failure = reference.check(model, self.device, self.precision.precision)
+                detail, failure = reference.check(model, self.device, self._computed_precision(model))
             elif applied:
                 model, optimizer, refused, note = self._execute(step, model, optimizer)
                 if refused:
@@ -311,6 +319,17 @@ class UnifiedManager:
                 return getattr(torch, step["argument"])
         return None
 
+    def _computed_precision(self, model) -> str:
+        """The precision whose bound the validate step holds the model to: the one it computes in.
+        Below O2 there is no autocast and no cast, so that is the model's own lowest floating-point
+        dtype, whatever precision was decided (bf16's 3% bound let a float32 model 2% off pass)."""
+        if self.config.optimization_level not in ("O0", "O1"):
+            return self.precision.precision
+        names = {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+        own = [names[t.dtype] for t in itertools.chain(model.parameters(), model.buffers()) if t.dtype in names]
+        order = ["fp64", "fp32", "bf16", "fp16"]  # widest bound last
+        return max(own, key=order.index) if own else "fp32"
+
     def _execute(self, step: dict, model, optimizer):
         """Carries out one applying step; returns (model, optimizer, refusal or None, what it did when
         the plan's reason does not say it, or None)."""
@@ -336,6 +355,11 @@ class UnifiedManager:
         elif name == "cudnn_benchmark":
             torch.backends.cudnn.benchmark = True
         elif name == "fused_optimizer":
+            not_floating = _non_floating_parameters(optimizer)
+            if not_floating:  # torch accepts fused=True for them and raises at the first step()
+                return model, optimizer, (f"torch's fused {type(optimizer).__name__} takes floating-point parameters "
+                                          f"only, and the optimizer steps {not_floating}; the optimizer stays "
+                                          f"unfused"), None
             sparse = _sparse_gradient_layers(model, optimizer)
             if sparse:  # torch accepts fused=True for them and raises at the first step()
                 return model, optimizer, (f"torch's fused {type(optimizer).__name__} has no kernel for sparse "

@@ -92,9 +92,10 @@ class Planner {
       add("fused_optimizer", OptLevel::O1, false, "no optimizer was given");
     } else if (!model_.python) {
       add("fused_optimizer", OptLevel::O1, false, "LibTorch's optimizers have no fused implementation");
-    } else if (config_.training && precision_ == Precision::kFp16) {
+    } else if (config_.training && precision_ == Precision::kFp16 && config_.optimization_level >= OptLevel::O2) {
       // fp16 training scales the loss; torchbridge.amp.GradScaler drives unfused optimizers only
-      // (a fused step reads the scaler's tensors inside the kernel).
+      // (a fused step reads the scaler's tensors inside the kernel). Below O2 nothing autocasts, so
+      // the model trains in its own dtype and needs no scaler.
       add("fused_optimizer", OptLevel::O1, false, "fp16 training needs a GradScaler, and torchbridge.amp.GradScaler "
                                                   "steps unfused optimizers");
     } else if (std::find(kFused.begin(), kFused.end(), model_.optimizer) == kFused.end()) {

@@ -10,6 +10,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <optional>
+#include <string>
+
 namespace torchbridge::sdk {
 namespace {
 

@@ -84,12 +84,15 @@ TEST(OptimizationPlan, FusedOptimizersOnlyWherePythonHasThem) {
   EXPECT_FALSE(step(plan(at_level(OptLevel::O1), hopper(), {.python = true, .optimizer = "RMSprop"}), "fused_optimizer").apply);
   EXPECT_FALSE(step(plan(at_level(OptLevel::O1), hopper(), {.optimizer = "AdamW"}), "fused_optimizer").apply);
   EXPECT_FALSE(step(plan(at_level(OptLevel::O1), hopper(), {.python = true}), "fused_optimizer").apply);
-  // fp16 training scales the loss with our GradScaler, which steps unfused optimizers only.
-  TorchBridgeConfig fp16 = at_level(OptLevel::O1);
+  // fp16 training (autocast, from O2) scales the loss with our GradScaler, which steps unfused
+  // optimizers only. At O1 nothing autocasts: the model trains in float32 and needs no scaler.
+  TorchBridgeConfig fp16 = at_level(OptLevel::O2);
   fp16.precision = "fp16";
   const PlannedStep fused = step(plan(fp16, hopper(), {.python = true, .optimizer = "AdamW"}), "fused_optimizer");
   EXPECT_FALSE(fused.apply);
   EXPECT_NE(fused.reason.find("GradScaler"), std::string::npos) << fused.reason;
+  fp16.optimization_level = OptLevel::O1;
+  EXPECT_TRUE(step(plan(fp16, hopper(), {.python = true, .optimizer = "AdamW"}), "fused_optimizer").apply);
 }
 
 // A memory setting, at every level: applies to training Python and torch::nn models, and then

@@ -658,6 +658,38 @@ def test_the_optimizer_is_not_fused_over_sparse_embedding_gradients():
     optimizer.step()
 
 
+def test_the_optimizer_is_not_fused_over_complex_parameters():
+    # torch accepts fused=True for them and raises at the first step: "fused=True requires all the
+    # params to be floating point Tensors".
+    model = torch.nn.Linear(4, 2, dtype=torch.complex64)
+    manager = UnifiedManager(cpu_config(optimization_level="O1", precision="fp32"))
+    model, optimizer = manager.optimize(model, torch.optim.Adam(model.parameters(), lr=0.1))
+    fused = next(step for step in manager.report().steps if step.name == "fused_optimizer")
+    assert fused.outcome == "skipped" and "torch.complex64 parameters" in fused.detail, fused.detail
+    model(torch.randn(3, 4, dtype=torch.complex64)).abs().sum().backward()
+    optimizer.step()
+
+
+class _TwoPercentOffInFloat32(torch.nn.Module):
+    """Computes 2% too much in float32 and right in float64, where the reference runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.linear(x) * (1.02 if x.dtype == torch.float32 else 1.0)
+
+
+@pytest.mark.parametrize("level", ["O0", "O1"])
+def test_validate_below_o2_holds_a_float32_model_to_the_float32_bound(level):
+    # Below O2 nothing autocasts; the bf16 bound (3%) that "auto" decides passed a model 2% off.
+    manager = UnifiedManager(cpu_config(training=False, optimization_level=level, precision="bf16", compile=False,
+                                        validation=True))
+    with pytest.raises(OptimizationValidationError, match="beyond the fp32 bound"):
+        manager.optimize(_TwoPercentOffInFloat32().eval(), example_inputs=torch.randn(4, 8))
+
+
 def test_a_model_is_prepared_once():
     # A second optimize stacked a second autocast and compile; dynamo then raised "compile_wrapper
     # already has a get_compiler_config attribute".

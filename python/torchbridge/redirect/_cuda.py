@@ -2,6 +2,7 @@
 properties, memory statistics, streams, events and generators."""
 
 import contextlib
+import itertools
 import types
 
 import torch
@@ -12,7 +13,7 @@ from ..precision import computes
 from . import _cuda_native, _cuda_unavailable
 from ._host import DEFAULT_HOST_STREAM, HostEvent, HostStream, current_host_stream, set_current_host_stream
 from ._proxy import proxy_class
-from ._target_stream import TargetStream, as_target_stream
+from ._target_stream import TargetEvent, TargetStream, as_target_stream
 
 
 def build(redirector):
@@ -161,8 +162,8 @@ def build(redirector):
     def get_rng_state(device="cuda"):
         return torch.get_rng_state() if on_cpu else device_module.get_rng_state(index_of(device))
 
-    def set_rng_state(state, device="cuda"):
-        torch.set_rng_state(state) if on_cpu else device_module.set_rng_state(state, index_of(device))
+    def set_rng_state(new_state, device="cuda"):  # torch.cuda's parameter names: callers pass them by keyword
+        torch.set_rng_state(new_state) if on_cpu else device_module.set_rng_state(new_state, index_of(device))
 
     # -- streams and events ---------------------------------------------------------------------------
     def make_stream(device=None, priority=0, **kwargs):
@@ -174,7 +175,7 @@ def build(redirector):
     def make_event(enable_timing=False, blocking=False, interprocess=False):
         if on_cpu:
             return HostEvent(enable_timing=enable_timing)
-        return torch.Event(torch.device(device_type, index_of()), enable_timing=enable_timing)
+        return TargetEvent(torch.device(device_type, index_of()), enable_timing=enable_timing)
 
     def current_stream(device=None):
         return current_host_stream() if on_cpu else as_target_stream(torch.accelerator.current_stream(index_of(device)))
@@ -188,11 +189,11 @@ def build(redirector):
                             device_type=torch.accelerator.current_stream(index).device_type)
 
     @contextlib.contextmanager
-    def stream(s):
-        if s is None:
+    def stream(stream):  # torch.cuda.stream's parameter name: timm passes it by keyword
+        if stream is None:
             yield
             return
-        with s:
+        with stream:
             yield
 
     def is_bf16_supported(including_emulation=True):
@@ -273,10 +274,13 @@ def build(redirector):
 
 def nvtx_replacements():
     """NVTX ranges become profiler ranges (torch.profiler.record_function), which every backend has."""
-    open_ranges = []
+    open_ranges = []  # range_push/range_pop: a stack
+    started = {}  # range_start/range_end: by id, in any order
+    next_id = itertools.count(1)
 
-    def range_push(message):
-        scope = torch.profiler.record_function(message)
+    # torch.cuda.nvtx's parameter names (msg, range_id), which callers may pass by keyword.
+    def range_push(msg):
+        scope = torch.profiler.record_function(msg)
         scope.__enter__()
         open_ranges.append(scope)
         return len(open_ranges) - 1
@@ -286,13 +290,28 @@ def nvtx_replacements():
             open_ranges.pop().__exit__(None, None, None)
         return len(open_ranges)
 
-    def mark(message):
-        with torch.profiler.record_function(message):
+    def range_start(msg):
+        scope = torch.profiler.record_function(msg)
+        scope.__enter__()
+        range_id = next(next_id)
+        started[range_id] = scope
+        return range_id
+
+    def range_end(range_id):
+        scope = started.pop(range_id, None)
+        if scope is None:
+            raise ValueError(f"torch.cuda.nvtx.range_end: no range {range_id!r} was started by range_start (or it "
+                             "has ended)")
+        scope.__exit__(None, None, None)
+
+    def mark(msg):
+        with torch.profiler.record_function(msg):
             pass
 
     @contextlib.contextmanager
-    def range(message, *args, **kwargs):
-        with torch.profiler.record_function(message.format(*args, **kwargs)):
+    def range(msg, *args, **kwargs):
+        with torch.profiler.record_function(msg.format(*args, **kwargs)):
             yield
 
-    return {"range_push": range_push, "range_pop": range_pop, "mark": mark, "range": range}
+    return {"range_push": range_push, "range_pop": range_pop, "range_start": range_start, "range_end": range_end,
+            "mark": mark, "range": range}
