@@ -344,8 +344,10 @@ class SdkCachingAllocator final : public CachingAllocator {
       const auto& allocated = state.stats.allocated_bytes[0].current;
       const tb_device_properties props = runtime().properties(device);
       const bool over_fraction = exceeds_fraction(state, bytes);
-      TORCH_CHECK_WITH(OutOfMemoryError, false, runtime().name(), " out of memory on device ", int(device),
-                       ": tried to allocate ", requested, " bytes (a ", bytes, "-byte segment); the device has ",
+      // "NAME out of memory. Tried to allocate": the wording of torch's own devices, which libraries
+      // match on (accelerate's find_executable_batch_size looks for " out of memory.").
+      TORCH_CHECK_WITH(OutOfMemoryError, false, runtime().name(), " out of memory. Tried to allocate ", requested,
+                       " bytes on device ", int(device), " (a ", bytes, "-byte segment); the device has ",
                        props.free_memory_bytes, " bytes free of ", props.total_memory_bytes, "; ",
                        reserved - allocated, " bytes are cached but unused after freeing the cache (",
                        allocated, " bytes allocated by tensors). ",

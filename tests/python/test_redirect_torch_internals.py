@@ -5,6 +5,7 @@ DataParallel, old GAN tutorials) under `torchbridge run` on emu; the expected va
 CPU or from torch's documented semantics."""
 
 import ast
+import inspect
 import copy
 import importlib
 import pickle
@@ -1144,3 +1145,60 @@ def test_memory_history_and_external_streams_say_why_not(target):
             with pytest.raises(RuntimeError, match=f"torch.cuda.{name} cannot run under redirection to '{target}'"):
                 call()
         torch.cuda.memory._record_memory_history(enabled=None)  # stopping what never started: nothing
+
+
+def _named_parameters(function):
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+@pytest.mark.parametrize("target", ["emu", "cpu"])
+def test_torch_cuda_replacements_take_torchs_parameter_names(target):
+    # Callers pass them by keyword: timm's prefetcher calls partial(torch.cuda.stream, stream=s), and
+    # torch.cuda.stream(stream=...), set_rng_state(new_state=...) and nvtx.mark(msg=...) raised
+    # TypeError. A replacement that only refuses (*args, **kwargs) has no names to keep.
+    originals = {(module, name): _named_parameters(getattr(module, name))
+                 for module in (torch.cuda, torch.cuda.nvtx) for name in dir(module)
+                 if not name.startswith("_") and callable(getattr(module, name))
+                 and not isinstance(getattr(module, name), type)}
+    renamed = {}
+    with redirect.redirected(target):
+        for (module, name), before in originals.items():
+            after = _named_parameters(getattr(module, name))
+            if before and after and after[:len(before)] != before:
+                renamed[f"{module.__name__}.{name}"] = (before, after)
+        marker = torch.cuda.nvtx.range_start(msg="region")
+        torch.cuda.nvtx.range_end(range_id=marker)
+        with pytest.raises(ValueError, match="no range 12345 was started"):
+            torch.cuda.nvtx.range_end(12345)
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(stream=side):
+            done = torch.cuda.Event()
+            done.record()
+        torch.cuda.current_stream().wait_event(event=done)
+        torch.cuda.current_stream().wait_stream(stream=side)
+    assert not renamed, renamed
+
+
+def test_an_out_of_memory_error_on_the_target_is_one_that_batch_size_finders_recognise():
+    # accelerate's find_executable_batch_size looks for " out of memory." in the message, Lightning's
+    # is_oom_error for "CUDA" and "out of memory": both re-raised emu's, where a GPU program halves
+    # its batch and goes on.
+    from lightning.pytorch.utilities.memory import is_oom_error
+
+    with redirect.redirected("emu"):
+        total = torch.cuda.get_device_properties(0).total_memory
+        with pytest.raises(torch.cuda.OutOfMemoryError) as caught:
+            torch.empty(total + (1 << 21), dtype=torch.uint8, device="cuda")
+        assert " out of memory." in str(caught.value).splitlines()[0]
+        assert is_oom_error(caught.value)
+
+
+def test_data_loaders_pin_quietly_when_the_cpu_is_the_target(recwarn):
+    with redirect.redirected("cpu"):
+        batches = list(torch.utils.data.DataLoader(torch.arange(4.0), batch_size=2, pin_memory=True))
+    assert [b.tolist() for b in batches] == [[0.0, 1.0], [2.0, 3.0]]
+    assert not [w for w in recwarn if "pin_memory" in str(w.message)], [str(w.message) for w in recwarn]

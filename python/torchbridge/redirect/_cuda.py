@@ -13,7 +13,7 @@ from ..precision import computes
 from . import _cuda_native, _cuda_unavailable
 from ._host import DEFAULT_HOST_STREAM, HostEvent, HostStream, current_host_stream, set_current_host_stream
 from ._proxy import proxy_class
-from ._target_stream import TargetEvent, TargetStream, as_target_stream
+from ._target_stream import TargetStream, as_target_stream
 
 
 def build(redirector):
@@ -175,7 +175,9 @@ def build(redirector):
     def make_event(enable_timing=False, blocking=False, interprocess=False):
         if on_cpu:
             return HostEvent(enable_timing=enable_timing)
-        return TargetEvent(torch.device(device_type, index_of()), enable_timing=enable_timing)
+        # A plain torch.Event: its elapsed_time takes only an exact torch.Event as the end event,
+        # so a subclass answering torch.cuda.Event's keywords could not be timed against.
+        return torch.Event(torch.device(device_type, index_of()), enable_timing=enable_timing)
 
     def current_stream(device=None):
         return current_host_stream() if on_cpu else as_target_stream(torch.accelerator.current_stream(index_of(device)))

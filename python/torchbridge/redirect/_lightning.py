@@ -11,6 +11,8 @@ and, through a finder on sys.meta_path, when it is imported later."""
 import os
 import sys
 
+import torch
+
 from .._after_import import when_imported
 from ._redirector import _ORIGINAL_DEVICE
 
@@ -26,6 +28,12 @@ LAUNCHER_MODULES = ("lightning.fabric.strategies.launchers.subprocess_script",
                     "lightning.pytorch.strategies.launchers.subprocess_script",
                     "lightning_fabric.strategies.launchers.subprocess_script",
                     "pytorch_lightning.strategies.launchers.subprocess_script")
+
+
+# Where Lightning tells an out-of-memory error (its batch-size finder halves the batch on one) by
+# the message text: "CUDA" and "out of memory". The target's allocator says "emu out of memory", so
+# a program that recovers on a GPU died on the target.
+MEMORY_MODULES = ("lightning.pytorch.utilities.memory", "pytorch_lightning.utilities.memory")
 
 
 def _under_torchbridge_run(command, target, explicit):
@@ -77,3 +85,16 @@ def install(patcher, target_type):
 
     finder = when_imported(ACCELERATOR_MODULES, patch)
     patcher.defer(lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)
+
+    def recognise_out_of_memory(module):
+        original = getattr(module, "is_cuda_out_of_memory", None)
+        if original is None:
+            return
+
+        def is_cuda_out_of_memory(exception):  # looked up at call time by is_oom_error, in this module
+            return isinstance(exception, torch.OutOfMemoryError) or original(exception)
+
+        patcher.replace(module, "is_cuda_out_of_memory", is_cuda_out_of_memory)
+
+    memory_finder = when_imported(MEMORY_MODULES, recognise_out_of_memory)
+    patcher.defer(lambda: sys.meta_path.remove(memory_finder) if memory_finder in sys.meta_path else None)

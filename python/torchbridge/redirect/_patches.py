@@ -177,6 +177,18 @@ def install(redirector, patcher):
             return original_record_stream(self, stream)
 
         patcher.replace(torch.Tensor, "record_stream", record_stream)
+        original_loader_init = torch.utils.data.DataLoader.__init__
+
+        @functools.wraps(original_loader_init)
+        def loader_init(self, *args, **kwargs):
+            # DataLoader warned "'pin_memory' argument is set as true but no accelerator is found" on
+            # every loader of a program written for a GPU (Trainer's, timm's): pinning is moot here.
+            if kwargs.get("pin_memory"):
+                _note_pinning_is_moot()
+                kwargs["pin_memory"] = False
+            return original_loader_init(self, *args, **kwargs)
+
+        patcher.replace(torch.utils.data.DataLoader, "__init__", loader_init)
         # With the CPU as the target no accelerator is in use, whatever torch was built for. A CUDA
         # build of torch would otherwise name cuda here, and torch.accelerator.is_available() asks
         # torch.cuda.is_available(), which answers True for the program's sake: DataLoader would

@@ -1,8 +1,8 @@
-"""torch.cuda.Stream and torch.cuda.Event for an SDK target: a torch.Stream and a torch.Event of the
-target device that also answer as CUDA code asks them: priority and priority_range from what the
-SDK asked the device's runtime for, and torch.cuda's keyword arguments, which the C methods of
-torch.Stream and torch.Event take by position only (Stream.wait_event(event=e) raised "takes no
-keyword arguments")."""
+"""torch.cuda.Stream for an SDK target: a torch.Stream of the target device that also answers as
+CUDA code asks it: priority and priority_range from what the SDK asked the device's runtime for,
+and torch.cuda's keyword arguments, which the C methods of torch.Stream take by position only
+(Stream.wait_event(event=e) raised "takes no keyword arguments"). Events stay plain torch.Events:
+torch's Event.elapsed_time takes no subclass as its end event."""
 
 import torch
 
@@ -31,25 +31,12 @@ class TargetStream(torch.Stream):
         return super().wait_stream(stream)
 
     def record_event(self, event=None):  # torch.cuda's: a new event when none is given
-        return super().record_event(TargetEvent(self.device) if event is None else event)
+        return super().record_event(torch.Event(self.device) if event is None else event)
 
     @property
     def cuda_stream(self):
         raise AttributeError(f"cuda_stream: a stream of the target '{self.device.type}' has no CUDA stream handle; "
                              "code that hands it to CUDA kernels or libraries needs a CUDA device")
-
-
-class TargetEvent(torch.Event):
-    """An event of an SDK target, as torch.cuda.Event hands it out under redirection."""
-
-    def record(self, stream=None):
-        return super().record(stream)
-
-    def wait(self, stream=None):
-        return super().wait(stream)
-
-    def elapsed_time(self, end_event):
-        return super().elapsed_time(end_event)
 
 
 def as_target_stream(stream):
