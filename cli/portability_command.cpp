@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -109,6 +110,11 @@ std::string prepare_output_directory(const std::string& requested) {
   }
   ::close(descriptor);
   ::unlink(probe.c_str());
+  // The files the run writes there, checked too: a directory named transformer.safetensors failed
+  // the run only after the whole training.
+  for (const char* file : {"/transformer.safetensors", "/reference_outputs.safetensors"}) {
+    check_output_file(requested + file, "--output");
+  }
   return requested;
 }
 
@@ -295,8 +301,8 @@ void print_report(const nlohmann::json& r) {
             << (v.value("checkpointing", false) ? ", checkpointed training" : "") << ")\n";
   for (const auto& b : v["backends"]) {
     std::cout << "  " << column(b["backend"].get<std::string>(), 8) << b["passed"].get<int>() << "/" << b["total"].get<int>()
-              << " checks passed   worst output rel L2 " << scientific(b["worst_output_rel_l2"])
-              << "   worst gradient rel L2 " << scientific(b["worst_gradient_rel_l2"]) << "   "
+              << " checks passed   worst output rel L2 " << scientific(measured(b["worst_output_rel_l2"]))
+              << "   worst gradient rel L2 " << scientific(measured(b["worst_gradient_rel_l2"])) << "   "
               << fixed(b["seconds"], 2) << " s\n";
   }
   for (const auto& f : v["failures"]) std::cout << "  FAILED " << f.get<std::string>() << "\n";
@@ -309,19 +315,29 @@ nlohmann::json summarize_validation(const validation::ValidationReport& report) 
   nlohmann::json per_backend = nlohmann::json::array(), failures = nlohmann::json::array();
   for (const auto& backend : report.backends) {
     int passed = 0, total = 0;
-    double worst_output = 0, worst_gradient = 0;
+    // null until a check measures one, NaN once one is NaN: a backend whose checks never ran
+    // reported 0.0 ("Unknown values are null, never a made-up number", docs/cli-json.md).
+    std::optional<double> worst_output, worst_gradient;
+    const auto keep_worst = [](std::optional<double>& worst, double value) {
+      if (worst && std::isnan(*worst)) return;  // a NaN error stays the worst
+      if (!worst || std::isnan(value) || value > *worst) worst = value;
+    };
     for (const auto& c : report.checks) {
       if (c.backend != backend) continue;
       ++total;
       passed += c.passed ? 1 : 0;
       if (!c.passed) failures.push_back(c.backend + " " + validation::check_name(c.check) + " " + c.subject + ": " + c.detail);
-      if (c.metrics && c.check == validation::CheckKind::kOutput) worst_output = std::max(worst_output, c.metrics->rel_l2_error);
-      if (c.metrics && c.check == validation::CheckKind::kGradient) worst_gradient = std::max(worst_gradient, c.metrics->rel_l2_error);
+      if (c.metrics && c.check == validation::CheckKind::kOutput) keep_worst(worst_output, c.metrics->rel_l2_error);
+      if (c.metrics && c.check == validation::CheckKind::kGradient) keep_worst(worst_gradient, c.metrics->rel_l2_error);
     }
+    const auto json_of = [](const std::optional<double>& value) {
+      return value && !std::isnan(*value) ? nlohmann::json(*value) : nlohmann::json(nullptr);
+    };
     double seconds = 0;
     for (const auto& t : report.timings) seconds += t.backend == backend ? t.seconds : 0;
     per_backend.push_back({{"backend", backend}, {"passed", passed}, {"total", total},
-                           {"worst_output_rel_l2", worst_output}, {"worst_gradient_rel_l2", worst_gradient},
+                           {"worst_output_rel_l2", json_of(worst_output)},
+                           {"worst_gradient_rel_l2", json_of(worst_gradient)},
                            {"seconds", seconds}});
   }
   return {{"reference", report.reference}, {"precision", name_of(report.precision)}, {"valid", report.is_valid()},
@@ -365,7 +381,9 @@ int run_portability(const std::vector<std::string>& args) {
   const bool checkpointing = parsed.has("--checkpointing");
   const bool json = parsed.has("--json");
   const auto start = Clock::now();
-  const bool progress = !json && isatty(STDERR_FILENO) != 0;
+  // Stage lines are redrawn with "\r\033[K", which a dumb terminal prints as they are.
+  const char* terminal = std::getenv("TERM");
+  const bool progress = !json && isatty(STDERR_FILENO) != 0 && !(terminal && std::string(terminal) == "dumb");
   const auto stage = [&](const std::string& text) {
     if (progress) std::cerr << "\r\033[K" << text << std::flush;
   };

@@ -23,6 +23,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <signal.h>
+
 #include <array>
 #include <cstring>
 #include <exception>
@@ -82,6 +84,27 @@ void bind_memory(py::module_& m);  // memory_bindings.cpp
 void bind_recomputation(py::module_& m);  // recomputation_bindings.cpp
 void bind_distributed(py::module_& m);  // distributed_bindings.cpp
 }
+
+namespace {
+
+// SIGINT's default action (ending the process) while it lives, the previous handler afterwards.
+class DefaultSigint {
+ public:
+  DefaultSigint() {
+    struct sigaction action {};
+    action.sa_handler = SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &previous_);
+  }
+  ~DefaultSigint() { sigaction(SIGINT, &previous_, nullptr); }
+  DefaultSigint(const DefaultSigint&) = delete;
+  DefaultSigint& operator=(const DefaultSigint&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+};
+
+}  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "TorchBridge C++ core";
@@ -222,6 +245,10 @@ PYBIND11_MODULE(_C, m) {
       "run_cli",
       [](const std::vector<std::string>& argv, const std::vector<std::string>& self_command) {
         cli::set_self_invocation(self_command);
+        // Python's SIGINT handler only sets a flag, read when the command returns: Ctrl-C let a
+        // 5,000-step `train` run to its end and print its result. The command dies of SIGINT as
+        // the C++ binary does; Python's handler is back afterwards.
+        const DefaultSigint default_sigint;
         py::gil_scoped_release release;
         return cli::run_cli(argv);
       },
