@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -368,7 +370,7 @@ TorchBridgeConfig load_config(const std::string& path, const TorchBridgeConfig& 
   TORCH_CHECK_VALUE(!std::filesystem::is_directory(path, no_file), "configuration file '", path,
                     "' is a directory; expected a .json or .toml file");
   std::ifstream file(path, std::ios::binary);
-  TORCH_CHECK_VALUE(file, "cannot read the configuration file '", path, "'");
+  TORCH_CHECK_VALUE(file, "cannot read the configuration file '", path, "': ", std::strerror(errno));
   const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   if (path.ends_with(".json")) return config_from_json_text(text, base, path);
   if (path.ends_with(".toml")) return from_json(optimize_detail::parse_flat_toml(text, path), base, path);
