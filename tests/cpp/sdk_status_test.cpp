@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <system_error>
