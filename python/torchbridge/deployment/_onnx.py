@@ -233,9 +233,8 @@ def _batch_options(model, scripted, input_count, batched, input_names, output_na
         return {"dynamic_shapes": tuple({0: batch} if i in batched else None for i in range(input_count))}
     # The TorchScript-based exporter names axes by input and output names (defaults: the forward
     # method's argument names, output_<i>).
-    arguments = [a.name for a in model.forward.schema.arguments[1:]]
-    given_in, given_out = list(input_names or []), list(output_names or [])
-    names_in = given_in + [arguments[i] if i < len(arguments) else f"input_{i}" for i in range(len(given_in), input_count)]
+    names_in = _input_names(model, scripted, input_count, input_names)
+    given_out = list(output_names or [])
     names_out = given_out + [f"output_{i}" for i in range(len(given_out), len(expected[0]))]
     follows = [i for i, (a, b) in enumerate(zip(*expected)) if a.dim() >= 1 and b.dim() >= 1 and a.shape[0] != b.shape[0]]
     axes = {names_in[i]: {0: "batch"} for i in batched}
